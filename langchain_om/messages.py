@@ -1,0 +1,103 @@
+"""Helpers for LangChain messages: ids, timestamps, (de)serialisation and safe cut points.
+
+A cut between observed and kept messages must never separate an AI message
+that calls tools from the tool results answering it: providers reject a tool
+result whose call is missing, and a call whose result is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
+
+from .store.base import new_id
+
+TIMESTAMP_KEY = "created_at"
+"""``message.response_metadata[TIMESTAMP_KEY]`` (ISO string or epoch seconds) dates a message."""
+
+
+def ensure_id(message: BaseMessage) -> str:
+    """Give the message a stable id (in place) so the store, the graph state and recall agree."""
+    if not message.id:
+        message.id = new_id("msg_")
+    return message.id
+
+
+def message_timestamp(message: BaseMessage) -> datetime | None:
+    """The timestamp a caller attached to the message, if any (naive values are taken as UTC)."""
+    raw = message.response_metadata.get(TIMESTAMP_KEY) if message.response_metadata else None
+    if raw is None:
+        return None
+    if isinstance(raw, datetime):
+        return raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc)
+    if isinstance(raw, (int, float)):
+        seconds = raw / 1000 if raw > 10_000_000_000 else raw
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    if isinstance(raw, str):
+        try:
+            parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise ValueError(f"response_metadata.{TIMESTAMP_KEY}: not an ISO timestamp: {raw!r}") from exc
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    raise ValueError(f"response_metadata.{TIMESTAMP_KEY}: expected ISO string or epoch, got {type(raw).__name__}")
+
+
+def dump_message(message: BaseMessage) -> dict[str, Any]:
+    return message_to_dict(message)
+
+
+def load_message(data: dict[str, Any]) -> BaseMessage:
+    return messages_from_dict([data])[0]
+
+
+def has_tool_calls(message: BaseMessage) -> bool:
+    return isinstance(message, AIMessage) and bool(message.tool_calls)
+
+
+def is_safe_cut(messages: Sequence[BaseMessage], cut: int) -> bool:
+    """True if observing ``messages[:cut]`` and keeping ``messages[cut:]`` splits no tool exchange."""
+    if cut <= 0:
+        return True
+    if cut < len(messages) and messages[cut].type == "tool":
+        return False
+    return not has_tool_calls(messages[cut - 1])
+
+
+def safe_cut_at_or_before(messages: Sequence[BaseMessage], cut: int) -> int:
+    """The largest safe cut point not after ``cut`` (0 when there is none)."""
+    cut = min(max(cut, 0), len(messages))
+    while cut > 0 and not is_safe_cut(messages, cut):
+        cut -= 1
+    return cut
+
+
+def safe_cut_at_or_after(messages: Sequence[BaseMessage], cut: int) -> int:
+    """The smallest safe cut point not before ``cut`` (``len`` if the tail is one open exchange)."""
+    cut = min(max(cut, 0), len(messages))
+    while cut < len(messages) and not is_safe_cut(messages, cut):
+        cut += 1
+    if cut == len(messages) and not is_safe_cut(messages, cut):
+        return safe_cut_at_or_before(messages, cut)
+    return cut
+
+
+def last_human_index(messages: Sequence[BaseMessage]) -> int | None:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].type == "human":
+            return index
+    return None
+
+
+def model_identity(message: BaseMessage) -> str | None:
+    """``provider/model`` of the model that wrote an AI message, from its response metadata."""
+    if not isinstance(message, AIMessage):
+        return None
+    meta = message.response_metadata or {}
+    name = meta.get("model_name") or meta.get("model")
+    provider = meta.get("model_provider") or meta.get("ls_provider")
+    if not name:
+        return None
+    return f"{provider}/{name}" if provider else str(name)

@@ -1,0 +1,288 @@
+"""The storage contract every OM store implements.
+
+Stores keep three things per resource: threads, raw messages (never deleted by
+OM, only marked observed) and OM records. A record changes only through
+``acommit_record``, which compares the record's ``version`` and marks messages
+observed in the same transaction; a step that lost a race gets
+``RecordConflictError`` and redoes its work from the fresh record. That single
+compare-and-swap is what keeps two workers from observing the same messages
+twice on any backend.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_id(prefix: str = "") -> str:
+    return f"{prefix}{uuid.uuid4().hex}"
+
+
+class StoreError(RuntimeError):
+    """A storage failure that is not the caller's fault."""
+
+
+class RecordConflictError(StoreError):
+    """The record changed since it was read; reload and redo the step."""
+
+
+class InvalidStoreInput(ValueError):
+    """Bad input to a store call; ``field`` names the argument."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ThreadInfo(_Model):
+    thread_id: str
+    resource_id: str
+    title: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+MessageKind = Literal["message", "temporal-marker"]
+
+
+class NewMessage(_Model):
+    """A message to store: ``data`` is ``langchain_core.messages.message_to_dict`` output."""
+
+    id: str
+    data: dict[str, Any]
+    tokens: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    kind: MessageKind = "message"
+
+
+class StoredMessage(_Model):
+    """A stored message. ``seq`` is the store-assigned order inside its thread (1, 2, 3, ...)."""
+
+    id: str
+    thread_id: str
+    resource_id: str
+    seq: int
+    data: dict[str, Any]
+    tokens: int = 0
+    created_at: datetime
+    kind: MessageKind = "message"
+    observed: bool = False
+    observed_at: datetime | None = None
+
+
+class ObservationGroup(_Model):
+    """One block of the observation log with a durable pointer to the messages it came from."""
+
+    id: str = Field(default_factory=lambda: new_id("og_"))
+    thread_id: str
+    start_id: str
+    end_id: str
+    text: str
+    tokens: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    generation: int = 0
+    source: Literal["observation", "reflection", "buffered"] = "observation"
+    thread_ids: list[str] = Field(default_factory=list)
+
+
+class BufferedChunk(_Model):
+    """Observations computed in the background, waiting for activation."""
+
+    id: str = Field(default_factory=lambda: new_id("chunk_"))
+    thread_id: str
+    start_seq: int
+    end_seq: int
+    start_id: str
+    end_id: str
+    message_count: int
+    message_tokens: int
+    observations: str
+    observation_tokens: int
+    current_task: str | None = None
+    suggested_response: str | None = None
+    extracted: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=utcnow)
+    cycle_id: str | None = None
+
+
+class BufferedReflection(_Model):
+    """A background reflection over the first ``covers_groups`` groups of the log."""
+
+    id: str = Field(default_factory=lambda: new_id("refl_"))
+    covered_group_ids: list[str]
+    text: str
+    input_tokens: int
+    output_tokens: int
+    created_at: datetime = Field(default_factory=utcnow)
+    cycle_id: str | None = None
+    extracted: dict[str, Any] = Field(default_factory=dict)
+
+
+class OMRecord(_Model):
+    """The OM state of one thread (thread scope) or one resource (resource scope)."""
+
+    id: str = Field(default_factory=lambda: new_id("om_"))
+    resource_id: str
+    thread_id: str | None = None
+    scope: Literal["thread", "resource"] = "thread"
+    groups: list[ObservationGroup] = Field(default_factory=list)
+    generation_count: int = 0
+    last_observed_seq: dict[str, int] = Field(default_factory=dict)
+    last_observed_id: dict[str, str] = Field(default_factory=dict)
+    last_observed_at: datetime | None = None
+    buffered_chunks: list[BufferedChunk] = Field(default_factory=list)
+    buffered_reflection: BufferedReflection | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    version: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def key(self) -> str:
+        return record_key(self.resource_id, self.thread_id if self.scope == "thread" else None)
+
+    @property
+    def observation_tokens(self) -> int:
+        return sum(group.tokens for group in self.groups)
+
+    @property
+    def observations(self) -> str:
+        return "\n\n".join(group.text for group in self.groups)
+
+    @property
+    def current_task(self) -> str | None:
+        value = self.metadata.get("current_task")
+        return value if isinstance(value, str) else None
+
+    @property
+    def suggested_response(self) -> str | None:
+        value = self.metadata.get("suggested_response")
+        return value if isinstance(value, str) else None
+
+
+def record_key(resource_id: str, thread_id: str | None) -> str:
+    """Records are keyed by resource, plus thread in thread scope."""
+    return f"{resource_id}\x1f{thread_id}" if thread_id is not None else f"{resource_id}\x1f*"
+
+
+def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
+    """Ids are opaque non-empty strings; anything else is rejected with the field named."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidStoreInput(field, "must be a non-empty string")
+    if len(value) > max_len:
+        raise InvalidStoreInput(field, f"must be at most {max_len} characters")
+    if "\x00" in value:
+        raise InvalidStoreInput(field, "must not contain NUL characters")
+    return value
+
+
+@runtime_checkable
+class OMStore(Protocol):
+    """Async storage used by the engine, the recall tool and the integrations.
+
+    Every read takes ``resource_id`` and never returns rows of another resource.
+    """
+
+    async def asetup(self) -> None:
+        """Create or migrate the schema (idempotent)."""
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+    # threads
+    async def aensure_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Create the thread if missing. A thread id already owned by another resource raises."""
+
+    async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None: ...
+
+    async def aupdate_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo: ...
+
+    async def alist_threads(
+        self,
+        resource_id: str,
+        *,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> list[ThreadInfo]:
+        """Threads of a resource, newest first."""
+
+    async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
+        """Remove a thread, its messages and its thread-scope record (explicit user action only)."""
+
+    # messages
+    async def aappend_messages(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
+    ) -> list[StoredMessage]:
+        """Store new messages in order; ids already stored in this thread are skipped (idempotent).
+
+        Returns only the rows that were inserted.
+        """
+
+    async def aget_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[StoredMessage]:
+        """Messages with ``after_seq < seq < before_seq``, oldest first unless ``descending``."""
+
+    async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
+        """One message by id, only if it belongs to ``resource_id``."""
+
+    async def acount_messages(self, resource_id: str, thread_id: str) -> int: ...
+
+    async def alast_seq(self, resource_id: str, thread_id: str) -> int:
+        """Highest ``seq`` in the thread (0 when empty)."""
+
+    # records
+    async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
+        """The record for a thread (``thread_id``) or resource scope (``None``)."""
+
+    async def acommit_record(
+        self,
+        record: OMRecord,
+        *,
+        expected_version: int,
+        mark_observed: Mapping[str, int] | None = None,
+    ) -> OMRecord:
+        """Write ``record`` if the stored version is still ``expected_version``, atomically with
+        marking messages ``seq <= mark_observed[thread_id]`` of its resource observed.
+
+        Returns the stored record (version incremented). Raises ``RecordConflictError`` otherwise;
+        ``expected_version=0`` means "create; fail if it exists".
+        """
+
+    async def adelete_record(self, resource_id: str, thread_id: str | None) -> None: ...
+
+    # small documents (working memory and similar), keyed per resource
+    async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
+        """A JSON value stored under (resource, namespace, key), or None."""
+
+    async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
+        """Store a JSON-serialisable value (replacing any previous one)."""
