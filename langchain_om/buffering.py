@@ -1,0 +1,134 @@
+"""Background buffering: the task registry and the activation arithmetic.
+
+The arithmetic is kept pure (no I/O) so it can be property-tested: which
+buffered chunks to activate, how many tokens that removes, and the idle TTLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
+from datetime import datetime
+from typing import Any
+
+from .config import ObservationConfig
+from .store.base import BufferedChunk
+
+logger = logging.getLogger("langchain_om.buffering")
+
+# Prompt-cache lifetimes per provider, used by ``activate_after_idle="auto"``: once the provider's
+# cache has expired, the next call pays for the full prompt anyway, so swapping buffered
+# observations in then costs no cache hit. Figures are the providers' documented defaults.
+PROMPT_CACHE_TTL_MS: dict[str, float] = {
+    "anthropic": 5 * 60_000,  # ephemeral cache_control default: 5 minutes
+    "bedrock": 5 * 60_000,  # Anthropic models on Bedrock: same 5-minute cache
+    "openai": 5 * 60_000,  # automatic prompt caching: evicted after 5-10 minutes idle
+    "azure_openai": 5 * 60_000,
+    "google_genai": 60 * 60_000,  # Gemini explicit/implicit cache default TTL: 1 hour
+    "google_vertexai": 60 * 60_000,
+    "deepseek": 60 * 60_000,  # disk cache, cleared after hours; 1 hour is conservative
+    "xai": 5 * 60_000,
+    "groq": 5 * 60_000,
+}
+DEFAULT_PROMPT_CACHE_TTL_MS = 5 * 60_000
+
+
+def idle_ttl_ms(setting: Any, provider: str | None) -> float | None:
+    """Resolve an ``activate_after_idle`` setting to milliseconds (None: never)."""
+    if setting is None or setting is False:
+        return None
+    if setting == "auto":
+        return PROMPT_CACHE_TTL_MS.get((provider or "").lower(), DEFAULT_PROMPT_CACHE_TTL_MS)
+    return float(setting)
+
+
+def removal_target(current_tokens: int, obs: ObservationConfig) -> int:
+    """Message tokens an activation should remove from the window.
+
+    A ratio removes that share of ``message_tokens``; an absolute value keeps that many tokens.
+    """
+    if obs.buffer_activation <= 1:
+        return max(1, int(obs.message_tokens * obs.buffer_activation))
+    return max(1, current_tokens - int(obs.buffer_activation))
+
+
+def select_chunks(
+    chunks: Sequence[BufferedChunk], current_tokens: int, obs: ObservationConfig
+) -> list[BufferedChunk]:
+    """The shortest prefix of chunks (oldest first) whose messages reach the removal target.
+
+    Activation happens only on chunk boundaries; when all chunks together fall short, all go.
+    """
+    ordered = sorted(chunks, key=lambda chunk: chunk.start_seq)
+    target = removal_target(current_tokens, obs)
+    chosen: list[BufferedChunk] = []
+    removed = 0
+    for chunk in ordered:
+        chosen.append(chunk)
+        removed += chunk.message_tokens
+        if removed >= target:
+            break
+    return chosen
+
+
+def projected_removal(chunks: Sequence[BufferedChunk], current_tokens: int, obs: ObservationConfig) -> int:
+    return sum(chunk.message_tokens for chunk in select_chunks(chunks, current_tokens, obs)) if chunks else 0
+
+
+def ms_between(earlier: datetime, later: datetime) -> float:
+    return (later - earlier).total_seconds() * 1000
+
+
+class BackgroundTasks:
+    """Fire-and-forget tasks keyed by (record key, kind), at most one per key.
+
+    Tasks belong to the loop that started them; ``aclose`` waits for them (or cancels them
+    after ``timeout``) so a shutdown never leaves a half-written record: every task commits
+    its result through the store's compare-and-swap or not at all.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: dict[tuple[str, str], asyncio.Task[Any]] = {}
+
+    def running(self, key: str, kind: str) -> bool:
+        task = self._tasks.get((key, kind))
+        return task is not None and not task.done()
+
+    def start(self, key: str, kind: str, coro: Coroutine[Any, Any, Any]) -> bool:
+        if self.running(key, kind):
+            coro.close()
+            return False
+        task = asyncio.get_running_loop().create_task(coro, name=f"langchain-om:{kind}:{key}")
+        self._tasks[(key, kind)] = task
+        task.add_done_callback(self._finished)
+        return True
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("langchain-om background task %s failed", task.get_name(), exc_info=exc)
+
+    async def wait(self, key: str | None = None) -> None:
+        """Wait for running tasks (all, or those of one record)."""
+        tasks = [t for (k, _), t in self._tasks.items() if (key is None or k == key) and not t.done()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def aclose(self, *, timeout: float | None = 30.0, cancel: bool = False) -> None:
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        if not tasks:
+            return
+        if cancel:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._tasks.clear()

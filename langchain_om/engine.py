@@ -1,0 +1,1264 @@
+"""``ObservationalMemory``: the per-step state machine.
+
+Each agent step calls ``aprocess``. It stores the new messages, then decides,
+from token counts alone, whether to activate buffered observations, run a
+synchronous observation, reflect, or start background work; finally it
+returns the bounded context for the agent's model. Every change of the record
+goes through the store's compare-and-swap together with the messages it marks,
+so a crash or a concurrent worker can only make a step redo work, never apply
+it twice or half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+
+from . import observer as observer_mod
+from . import reflector as reflector_mod
+from ._loop import LoopThread
+from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
+from .config import OMConfig, OMConfigError
+from .context import context_message, render_context
+from .events import (
+    ActivationData,
+    ActivationEvent,
+    ActiveWindows,
+    BufferedObservations,
+    BufferedReflectionStatus,
+    BufferedWindows,
+    BufferingEndData,
+    BufferingEndEvent,
+    BufferingFailedData,
+    BufferingFailedEvent,
+    BufferingStartData,
+    BufferingStartEvent,
+    ExtractionFailure,
+    ObservationEndData,
+    ObservationEndEvent,
+    ObservationFailedData,
+    ObservationFailedEvent,
+    ObservationMarkerConfig,
+    ObservationStartData,
+    ObservationStartEvent,
+    OMEvent,
+    StatusData,
+    StatusEvent,
+    ThreadUpdateData,
+    ThreadUpdateEvent,
+    Windows,
+    WindowUsage,
+    iso_now,
+)
+from .hooks import HookContext, ObserveHooks, Trigger
+from .messages import (
+    dump_message,
+    ensure_id,
+    last_human_index,
+    load_message,
+    message_timestamp,
+    model_identity,
+    safe_cut_at_or_after,
+    safe_cut_at_or_before,
+)
+from .models import ModelSelectionError, acall_om_model, model_supports_images
+from .store.base import (
+    BufferedChunk,
+    BufferedReflection,
+    NewMessage,
+    ObservationGroup,
+    OMRecord,
+    OMStore,
+    RecordConflictError,
+    StoredMessage,
+    check_id,
+    new_id,
+    record_key,
+    utcnow,
+)
+from .tokens import TokenCounter, get_token_counter
+
+logger = logging.getLogger("langchain_om")
+
+SectionProvider = Callable[["ObservationalMemory", OMRecord, str, str], Awaitable[str | None]]
+_MESSAGE_CACHE_PER_THREAD = 512
+_MAX_COMMIT_RETRIES = 5
+
+
+class OMAborted(RuntimeError):
+    """A tripwire: OM cannot build a context for this step (e.g. no model fits the input)."""
+
+
+@dataclass
+class OMContext:
+    """What the agent's model should see this step, plus what happened to get there."""
+
+    system_message: SystemMessage | None
+    messages: list[BaseMessage]
+    status: StatusData
+    events: list[OMEvent]
+    record: OMRecord
+    observed_message_ids: list[str] = field(default_factory=list)
+    aborted: str | None = None
+
+    def to_messages(self) -> list[BaseMessage]:
+        """System message (if any) followed by the unobserved messages."""
+        return ([self.system_message] if self.system_message is not None else []) + list(self.messages)
+
+
+@dataclass
+class _CycleResult:
+    text: str
+    tokens: int
+    current_task: str | None
+    suggested_response: str | None
+    thread_title: str | None
+    extracted: dict[str, Any]
+    failures: list[ExtractionFailure]
+    usage: dict[str, Any] | None
+    provider_metadata: dict[str, Any] | None
+
+
+@dataclass
+class _StepState:
+    resource_id: str
+    thread_id: str
+    key: str
+    now: datetime
+    events: list[OMEvent]
+    current_model: str | None
+    config: RunnableConfig | None
+
+
+class ObservationalMemory:
+    """Observational Memory for one store; thread-safe across threads and asyncio tasks.
+
+    See DESIGN.md for the options; they mirror the reference page in snake_case.
+    """
+
+    def __init__(
+        self,
+        store: OMStore | None = None,
+        *,
+        model: Any = None,
+        scope: Literal["thread", "resource"] = "thread",
+        observation: Any = None,
+        reflection: Any = None,
+        share_token_budget: bool = False,
+        temporal_markers: bool = False,
+        retrieval: Any = False,
+        activate_after_idle: Any = None,
+        activate_on_provider_change: bool = False,
+        hooks: Any = None,
+        token_counter: Any = "auto",
+        obscure_thread_ids: bool = False,
+        on_debug_event: Callable[[OMEvent], Any] | None = None,
+        enabled: bool = True,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.config = OMConfig.build(
+            enabled=enabled,
+            model=model,
+            scope=scope,
+            observation=observation,
+            reflection=reflection,
+            share_token_budget=share_token_budget,
+            temporal_markers=temporal_markers,
+            retrieval=retrieval,
+            activate_after_idle=activate_after_idle,
+            activate_on_provider_change=activate_on_provider_change,
+            obscure_thread_ids=obscure_thread_ids,
+            token_counter=token_counter,
+            on_debug_event=on_debug_event,
+        )
+        self.hooks = ObserveHooks.coerce(hooks)
+        if store is None:
+            from .store import default_store
+
+            store = default_store()
+        self.store: OMStore = store
+        self.counter: TokenCounter = get_token_counter(token_counter)
+        self._clock = clock or utcnow
+        self._tasks = BackgroundTasks()
+        self._loop = LoopThread()
+        self._setup_lock: asyncio.Lock | None = None
+        self._setup_loop: asyncio.AbstractEventLoop | None = None
+        self._is_setup = False
+        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self._known_ids: dict[str, set[str]] = {}
+        self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
+        self._pending_events: dict[str, list[OMEvent]] = {}
+        self._step_numbers: dict[str, int] = {}
+        self.section_providers: list[SectionProvider] = []
+        self.extraction_pipeline: Any = None
+        """Set by ``extractors.py`` when custom extractors are configured."""
+
+    # ------------------------------------------------------------------ setup
+
+    async def _ensure_setup(self) -> None:
+        if self._is_setup:
+            return
+        loop = asyncio.get_running_loop()
+        if self._setup_lock is None or self._setup_loop is not loop:
+            self._setup_lock, self._setup_loop = asyncio.Lock(), loop
+        async with self._setup_lock:
+            if not self._is_setup:
+                await self.store.asetup()
+                self._is_setup = True
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        loop_id = id(asyncio.get_running_loop())
+        lock = self._locks.get((loop_id, key))
+        if lock is None:
+            lock = self._locks[(loop_id, key)] = asyncio.Lock()
+        return lock
+
+    def _resource_for(self, thread_id: str, resource_id: str | None) -> str:
+        if resource_id is None:
+            if self.config.scope == "resource":
+                raise OMConfigError("resource_id", "is required when scope='resource'")
+            return thread_id
+        return check_id(resource_id, "resource_id")
+
+    def _record_thread(self, thread_id: str) -> str | None:
+        return thread_id if self.config.scope == "thread" else None
+
+    # ------------------------------------------------------------ persistence
+
+    async def _persist(
+        self, resource_id: str, thread_id: str, messages: Sequence[BaseMessage], now: datetime
+    ) -> list[StoredMessage]:
+        """Store the messages not stored yet. Scans from the newest back to the first known id,
+        so a step costs O(new messages), not O(history)."""
+        cache_key = record_key(resource_id, thread_id)
+        known = self._known_ids.get(cache_key)
+        if known is None:
+            stored = await self.store.aget_messages(resource_id, thread_id)
+            known = {m.id for m in stored}
+            self._known_ids[cache_key] = known
+        fresh: list[BaseMessage] = []
+        for message in reversed(messages):
+            if not isinstance(message, BaseMessage):
+                raise TypeError(f"messages: expected LangChain BaseMessage objects, got {type(message).__name__}")
+            if message.type == "remove":
+                continue
+            if message.id and message.id in known:
+                break
+            fresh.append(message)
+        fresh.reverse()
+        if not fresh:
+            return []
+        rows: list[NewMessage] = []
+        for message in fresh:
+            ensure_id(message)
+            if message.type == "system" and message.id and message.id.startswith("langchain-om-"):
+                continue
+            created = message_timestamp(message) or now
+            tokens = self.counter.count_message(message)
+            rows.append(NewMessage(id=message.id or new_id("msg_"), data=dump_message(message), tokens=tokens,
+                                   created_at=created))
+        rows = await self._before_store(resource_id, thread_id, rows)
+        inserted = await self.store.aappend_messages(resource_id, thread_id, rows)
+        known.update(row.id for row in rows)
+        by_id = {m.id: m for m in fresh if m.id}
+        cache = self._message_cache.setdefault(cache_key, OrderedDict())
+        for row in inserted:
+            if row.id in by_id:
+                cache[row.id] = by_id[row.id]
+        while len(cache) > _MESSAGE_CACHE_PER_THREAD:
+            cache.popitem(last=False)
+        return inserted
+
+    async def _before_store(self, resource_id: str, thread_id: str, rows: list[NewMessage]) -> list[NewMessage]:
+        """Extension point before rows are written (temporal markers insert rows here)."""
+        if not self.config.temporal_markers:
+            return rows
+        from .temporal import insert_temporal_markers
+
+        return await insert_temporal_markers(self, resource_id, thread_id, rows)
+
+    def _as_langchain(self, resource_id: str, stored: StoredMessage) -> BaseMessage:
+        cache = self._message_cache.get(record_key(resource_id, stored.thread_id))
+        if cache is not None and stored.id in cache:
+            return cache[stored.id]
+        message = load_message(stored.data)
+        if not message.id:
+            message.id = stored.id
+        return message
+
+    async def _load_record(self, resource_id: str, thread_id: str) -> OMRecord:
+        record = await self.store.aget_record(resource_id, self._record_thread(thread_id))
+        if record is not None:
+            return record
+        fresh = OMRecord(resource_id=resource_id, thread_id=self._record_thread(thread_id), scope=self.config.scope)
+        try:
+            return await self.store.acommit_record(fresh, expected_version=0)
+        except RecordConflictError:
+            existing = await self.store.aget_record(resource_id, self._record_thread(thread_id))
+            if existing is None:
+                raise
+            return existing
+
+    async def _window(self, record: OMRecord, resource_id: str, thread_id: str) -> list[StoredMessage]:
+        """Unobserved messages of the thread, oldest first."""
+        after = record.last_observed_seq.get(thread_id, 0)
+        return await self.store.aget_messages(resource_id, thread_id, after_seq=after)
+
+    # ------------------------------------------------------------- main step
+
+    async def aprocess(
+        self,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        resource_id: str | None = None,
+        config: RunnableConfig | None = None,
+        current_model: str | None = None,
+        now: datetime | None = None,
+    ) -> OMContext:
+        """Store new messages, run whatever the thresholds call for, return the model's context."""
+        check_id(thread_id, "thread_id")
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        moment = now or self._clock()
+        await self.store.aensure_thread(resource, thread_id)
+        await self._persist(resource, thread_id, messages, moment)
+        key = record_key(resource, self._record_thread(thread_id))
+        step = _StepState(resource, thread_id, key, moment, [], current_model, config)
+        aborted: str | None = None
+        async with self._lock(key):
+            step.events.extend(self._pending_events.pop(key, []))
+            record = await self._load_record(resource, thread_id)
+            window_before = await self._window(record, resource, thread_id)
+            if self.config.enabled:
+                try:
+                    record = await self._run_thresholds(step, record)
+                except OMAborted as exc:
+                    aborted = str(exc)
+                    record = await self._load_record(resource, thread_id)
+            window = await self._window(record, resource, thread_id)
+            self._step_numbers[key] = self._step_numbers.get(key, 0) + 1
+            status = self._status(record, window, thread_id, self._step_numbers[key])
+            step.events.insert(0, StatusEvent(data=status))
+            context = await self._build_context(record, window, resource, thread_id)
+            if self.config.enabled:
+                self._schedule_background(step, record, window)
+        remaining = {m.id for m in window}
+        observed_ids = [m.id for m in window_before if m.id not in remaining]
+        context.status = status
+        context.events = step.events
+        context.observed_message_ids = observed_ids
+        context.aborted = aborted
+        await self._dispatch(step.events, config)
+        return context
+
+    def process(self, thread_id: str, messages: Sequence[BaseMessage], **kwargs: Any) -> OMContext:
+        """Sync twin of ``aprocess`` (runs on OM's private loop so background buffering survives)."""
+        return self._loop.run(self.aprocess(thread_id, messages, **kwargs))
+
+    async def _run_thresholds(self, step: _StepState, record: OMRecord) -> OMRecord:
+        cfg = self.config
+        obs = cfg.observation
+        window = await self._window(record, step.resource_id, step.thread_id)
+        tokens = sum(m.tokens for m in window)
+        if cfg.buffering_enabled:
+            record = await self._maybe_activate(step, record, window, tokens)
+            window = await self._window(record, step.resource_id, step.thread_id)
+            tokens = sum(m.tokens for m in window)
+        limit = self._message_limit(record)
+        failed_before = bool(record.metadata.get("buffering_failed"))
+        must_block = tokens > limit and (
+            not cfg.buffering_enabled or tokens > obs.block_after_tokens() or failed_before
+        )
+        if must_block:
+            record = await self._observe_sync(step, record, window, trigger="turn-sync")
+        record = await self._maybe_reflect(step, record, window)
+        return record
+
+    def _message_limit(self, record: OMRecord) -> int:
+        """The message window's threshold; under a shared budget it grows into unused observation room."""
+        message_tokens = self.config.observation.message_tokens
+        if not self.config.share_token_budget:
+            return message_tokens
+        total = message_tokens + self.config.reflection.observation_tokens
+        return max(message_tokens, total - record.observation_tokens)
+
+    def _reflection_limit(self, unobserved_tokens: int) -> int:
+        observation_tokens = self.config.reflection.observation_tokens
+        if not self.config.share_token_budget:
+            return observation_tokens
+        total = self.config.observation.message_tokens + observation_tokens
+        return max(observation_tokens, total - unobserved_tokens)
+
+    # ------------------------------------------------------- observation
+
+    def _sync_cut(self, messages: Sequence[BaseMessage], tokens: Sequence[int]) -> int:
+        """How many of the window's messages a synchronous observation takes.
+
+        Everything before the newest human turn, at a safe boundary; if that turn alone is still
+        over the limit (a long tool loop), it also takes the older part of the turn, leaving about
+        the post-activation budget (the newest human message stays visible, pinned).
+        """
+        human = last_human_index(messages)
+        cut = safe_cut_at_or_before(messages, human if human is not None else len(messages))
+        keep = self.config.observation.tokens_to_keep_after_activation()
+        if sum(tokens[cut:]) > self.config.observation.message_tokens:
+            target = cut
+            while target < len(messages) and sum(tokens[target:]) > keep:
+                target += 1
+            cut = max(cut, safe_cut_at_or_after(messages, target))
+        return cut
+
+    async def _observe_sync(
+        self, step: _StepState, record: OMRecord, window: list[StoredMessage], *, trigger: Trigger
+    ) -> OMRecord:
+        if self.config.buffering_enabled and record.buffered_chunks:
+            record = await self._activate_chunks(step, record, window, list(record.buffered_chunks), "threshold")
+            window = await self._window(record, step.resource_id, step.thread_id)
+        if self.config.scope == "resource":
+            from .resource import observe_resource
+
+            return await observe_resource(self, step, record, trigger=trigger)
+        lc = [self._as_langchain(step.resource_id, m) for m in window]
+        cut = self._sync_cut(lc, [m.tokens for m in window])
+        if cut <= 0:
+            return record
+        chosen = window[:cut]
+        for _attempt in range(_MAX_COMMIT_RETRIES):
+            result = await self._observe_messages(step, record, {step.thread_id: chosen}, trigger=trigger)
+            if result is None:
+                return record
+            updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=_pins_human(lc, cut))
+            updated.metadata.pop("buffering_failed", None)
+            try:
+                committed = await self.store.acommit_record(
+                    updated, expected_version=record.version, mark_observed={step.thread_id: chosen[-1].seq}
+                )
+            except RecordConflictError:
+                record = await self._load_record(step.resource_id, step.thread_id)
+                window = await self._window(record, step.resource_id, step.thread_id)
+                chosen = [m for m in chosen if m.seq > record.last_observed_seq.get(step.thread_id, 0)]
+                if not chosen:
+                    return record
+                continue
+            await self._after_observation(step, committed, result)
+            return committed
+        return record
+
+    def _apply_observation(
+        self,
+        record: OMRecord,
+        thread_id: str,
+        chosen: Sequence[StoredMessage],
+        result: _CycleResult,
+        *,
+        human_pinned: str | None,
+        source: Literal["observation", "buffered"] = "observation",
+    ) -> OMRecord:
+        updated = record.model_copy(deep=True)
+        updated.groups.append(
+            ObservationGroup(
+                thread_id=thread_id,
+                start_id=chosen[0].id,
+                end_id=chosen[-1].id,
+                text=result.text,
+                tokens=result.tokens,
+                generation=record.generation_count,
+                source=source,
+            )
+        )
+        updated.last_observed_seq[thread_id] = chosen[-1].seq
+        updated.last_observed_id[thread_id] = chosen[-1].id
+        updated.last_observed_at = chosen[-1].created_at
+        self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
+        if human_pinned is not None:
+            updated.metadata["pinned_message_id"] = human_pinned
+        updated.updated_at = utcnow()
+        return updated
+
+    @staticmethod
+    def _apply_hints(
+        record: OMRecord, current_task: str | None, suggested: str | None, extracted: Mapping[str, Any]
+    ) -> None:
+        if current_task:
+            record.metadata["current_task"] = current_task
+        if suggested:
+            record.metadata["suggested_response"] = suggested
+        if extracted:
+            store = record.metadata.setdefault("om", {}).setdefault("extracted", {})
+            store.update(extracted)
+
+    async def _after_observation(self, step: _StepState, record: OMRecord, result: _CycleResult) -> None:
+        """Side effects that follow a committed observation (thread title)."""
+        if self.config.observation.thread_title and result.thread_title:
+            thread = await self.store.aget_thread(step.resource_id, step.thread_id)
+            old = thread.title if thread else None
+            if result.thread_title != old:
+                await self.store.aupdate_thread(step.resource_id, step.thread_id, title=result.thread_title)
+                step.events.append(
+                    ThreadUpdateEvent(
+                        data=ThreadUpdateData(
+                            cycle_id=new_id("cycle_"),
+                            thread_id=step.thread_id,
+                            old_title=old,
+                            new_title=result.thread_title,
+                            timestamp=iso_now(),
+                        )
+                    )
+                )
+
+    def thread_label(self, thread_id: str) -> str:
+        return observer_mod.thread_label(thread_id, self.config.obscure_ids)
+
+    async def _observe_messages(
+        self,
+        step: _StepState,
+        record: OMRecord,
+        batch: Mapping[str, Sequence[StoredMessage]],
+        *,
+        trigger: Trigger,
+        buffering: bool = False,
+        emit: Callable[[OMEvent], None] | None = None,
+    ) -> _CycleResult | None:
+        """Run the Observer over ``batch`` (thread id -> messages). Returns None on failure (after
+        emitting the failure event); raises ``OMAborted`` when no model fits the input."""
+        push = emit or step.events.append
+        cycle_id = new_id("cycle_")
+        tokens_in = sum(m.tokens for msgs in batch.values() for m in msgs)
+        started = time.perf_counter()
+        marker = ObservationMarkerConfig(**self.config.marker_config())
+        thread_ids = list(batch)
+        if buffering:
+            push(BufferingStartEvent(data=BufferingStartData(
+                cycle_id=cycle_id, operation_type="observation", started_at=iso_now(), tokens_to_buffer=tokens_in,
+                record_id=record.id, thread_id=step.thread_id,
+                thread_ids=thread_ids if self.config.scope == "resource" else None, config=marker)))
+        else:
+            push(ObservationStartEvent(data=ObservationStartData(
+                cycle_id=cycle_id, operation_type="observation", started_at=iso_now(), tokens_to_observe=tokens_in,
+                record_id=record.id, thread_id=step.thread_id,
+                thread_ids=thread_ids if self.config.scope == "resource" else None, config=marker)))
+        hook_ctx = HookContext(step.thread_id, step.resource_id, trigger, "observation", cycle_id)
+        await self.hooks.call("on_observation_start", hook_ctx)
+        try:
+            result = await self._call_observer(step, record, batch, trigger=trigger)
+        except ModelSelectionError as exc:
+            await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in, str(exc), buffering)
+            raise OMAborted(f"observer model selection failed: {exc}") from exc
+        except Exception as exc:
+            logger.warning("langchain-om observation failed: %s", exc)
+            await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in,
+                                     f"{type(exc).__name__}: {exc}", buffering)
+            return None
+        duration = (time.perf_counter() - started) * 1000
+        failures = result.failures or None
+        values = result.extracted or None
+        if buffering:
+            push(BufferingEndEvent(data=BufferingEndData(
+                cycle_id=cycle_id, operation_type="observation", completed_at=iso_now(), duration_ms=duration,
+                tokens_buffered=tokens_in, buffered_tokens=result.tokens, observations=result.text,
+                extracted_values=values, extraction_failures=failures, record_id=record.id,
+                thread_id=step.thread_id)))
+        else:
+            push(ObservationEndEvent(data=ObservationEndData(
+                cycle_id=cycle_id, operation_type="observation", completed_at=iso_now(), duration_ms=duration,
+                tokens_observed=tokens_in, observation_tokens=result.tokens, observations=result.text,
+                current_task=result.current_task, suggested_response=result.suggested_response,
+                extracted_values=values, extraction_failures=failures, record_id=record.id,
+                thread_id=step.thread_id)))
+        await self.hooks.call("on_observation_end", HookContext(
+            step.thread_id, step.resource_id, trigger, "observation", cycle_id, usage=result.usage,
+            provider_metadata=result.provider_metadata))
+        return result
+
+    async def _cycle_failed(
+        self,
+        push: Callable[[OMEvent], None],
+        hook_ctx: HookContext,
+        record: OMRecord,
+        step: _StepState,
+        cycle_id: str,
+        started: float,
+        tokens: int,
+        error: str,
+        buffering: bool,
+        operation: Literal["observation", "reflection"] = "observation",
+    ) -> None:
+        duration = (time.perf_counter() - started) * 1000
+        if buffering:
+            push(BufferingFailedEvent(data=BufferingFailedData(
+                cycle_id=cycle_id, operation_type=operation, failed_at=iso_now(), duration_ms=duration,
+                tokens_attempted=tokens, error=error, record_id=record.id, thread_id=step.thread_id)))
+        else:
+            push(ObservationFailedEvent(data=ObservationFailedData(
+                cycle_id=cycle_id, operation_type=operation, failed_at=iso_now(), duration_ms=duration,
+                tokens_attempted=tokens, error=error, record_id=record.id, thread_id=step.thread_id)))
+        name = "on_observation_end" if operation == "observation" else "on_reflection_end"
+        await self.hooks.call(name, HookContext(
+            hook_ctx.thread_id, hook_ctx.resource_id, hook_ctx.trigger, operation, cycle_id, error=error))
+
+    def _previous_observations(self, record: OMRecord) -> str:
+        text = record.observations
+        pending = record.buffered_reflection
+        if pending is not None:
+            covered = set(pending.covered_group_ids)
+            kept = [g.text for g in record.groups if g.id not in covered]
+            text = "\n\n".join([pending.text, *kept])
+        return observer_mod.truncate_previous_observations(
+            text, self.config.observation.previous_observer_tokens, self.counter.count_text
+        )
+
+    def _inline_extractors(self, source: Literal["observation", "reflection"], record: OMRecord) -> list[Any]:
+        if self.extraction_pipeline is not None:
+            return list(self.extraction_pipeline.inline_specs(source, record))
+        return []
+
+    async def _call_observer(
+        self, step: _StepState, record: OMRecord, batch: Mapping[str, Sequence[StoredMessage]], *, trigger: Trigger
+    ) -> _CycleResult:
+        spec = self.config.model_spec("observation")
+        supports_images = bool(model_supports_images(spec)) if spec is not None else True
+        texts: list[str] = []
+        attachments: list[Any] = []
+        for thread_id, msgs in batch.items():
+            label = self.thread_label(thread_id) if (self.config.scope == "resource" or len(batch) > 1) else None
+            transcript = observer_mod.format_transcript(
+                list(msgs),
+                thread_label=label,
+                observe_attachments=self.config.observation.observe_attachments,
+                model_supports_images=supports_images,
+            )
+            texts.append(transcript.text)
+            attachments.extend(transcript.attachments)
+        transcript_all = observer_mod.Transcript(text="\n\n".join(texts), attachments=attachments)
+        inline = self._inline_extractors("observation", record)
+        prompt = observer_mod.build_observer_messages(
+            transcript_all,
+            previous_observations=self._previous_observations(record),
+            instruction=self.config.observation.instruction,
+            now=step.now,
+            want_thread_title=self.config.observation.thread_title,
+            inline_extractors=inline,
+        )
+        input_tokens = self.counter.count_messages(prompt)
+        call = await acall_om_model(
+            spec if spec is not None else "default",
+            prompt,
+            role="observer",
+            input_tokens=input_tokens,
+            settings=self.config.model_settings("observation"),
+            provider_options=self.config.observation.provider_options,
+            context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
+                     "input_tokens": input_tokens, "memory": self, "role": "observer"},
+        )
+        parsed = observer_mod.parse_observer_output(call.text, inline_slugs=[spec_.slug for spec_ in inline])
+        extracted, failures = await self._extract("observation", step, record, parsed, transcript_all.text)
+        return _CycleResult(
+            text=parsed.observations,
+            tokens=self.counter.count_text(parsed.observations),
+            current_task=parsed.current_task,
+            suggested_response=parsed.suggested_response,
+            thread_title=parsed.thread_title,
+            extracted=extracted,
+            failures=failures,
+            usage=call.usage,
+            provider_metadata=call.provider_metadata,
+        )
+
+    async def _extract(
+        self,
+        source: Literal["observation", "reflection"],
+        step: _StepState,
+        record: OMRecord,
+        parsed: Any,
+        input_text: str,
+    ) -> tuple[dict[str, Any], list[ExtractionFailure]]:
+        """Built-in values come from the parse; custom extractors run through the pipeline."""
+        values: dict[str, Any] = {}
+        if getattr(parsed, "current_task", None):
+            values["current-task"] = parsed.current_task
+        if getattr(parsed, "suggested_response", None):
+            values["suggested-response"] = parsed.suggested_response
+        if getattr(parsed, "thread_title", None) and self.config.observation.thread_title:
+            values["thread-title"] = parsed.thread_title
+        if self.extraction_pipeline is None:
+            return values, []
+        custom, failures = await self.extraction_pipeline.run(
+            source=source, memory=self, record=record, parsed=parsed, input_text=input_text,
+            thread_id=step.thread_id, resource_id=step.resource_id,
+        )
+        values.update(custom)
+        return values, failures
+
+    # -------------------------------------------------------------- buffering
+
+    def _schedule_background(self, step: _StepState, record: OMRecord, window: list[StoredMessage]) -> None:
+        if not self.config.buffering_enabled:
+            return
+        interval = self.config.observation.buffer_interval_tokens()
+        buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
+        pending = [m for m in window if m.seq > buffered_to]
+        pending_tokens = sum(m.tokens for m in pending)
+        if pending and pending_tokens >= interval:
+            self._tasks.start(step.key, "observe", self._buffer_observation(step, pending))
+        obs_tokens = record.observation_tokens
+        ref = self.config.reflection
+        if (
+            record.groups
+            and record.buffered_reflection is None
+            and obs_tokens >= ref.buffer_start_tokens()
+            and not self._tasks.running(step.key, "reflect")
+        ):
+            self._tasks.start(step.key, "reflect", self._buffer_reflection(step, [g.id for g in record.groups]))
+
+    async def aon_turn_end(
+        self, thread_id: str, messages: Sequence[BaseMessage] = (), *, resource_id: str | None = None
+    ) -> None:
+        """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now."""
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        await self.store.aensure_thread(resource, thread_id)
+        await self._persist(resource, thread_id, messages, self._clock())
+        if not (self.config.buffering_enabled and self.config.observation.buffer_on_idle):
+            return
+        key = record_key(resource, self._record_thread(thread_id))
+        step = _StepState(resource, thread_id, key, self._clock(), [], None, None)
+        async with self._lock(key):
+            record = await self._load_record(resource, thread_id)
+            window = await self._window(record, resource, thread_id)
+        buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
+        pending = [m for m in window if m.seq > buffered_to]
+        if pending:
+            self._tasks.start(key, "observe", self._buffer_observation(step, pending))
+
+    def _background_emit(self, key: str) -> Callable[[OMEvent], None]:
+        def push(event: OMEvent) -> None:
+            self._pending_events.setdefault(key, []).append(event)
+            self._debug(event)
+
+        return push
+
+    async def _buffer_observation(self, step: _StepState, pending: list[StoredMessage]) -> None:
+        """Observe ``pending`` in the background and stage the result as a chunk."""
+        emit = self._background_emit(step.key)
+        lc = [self._as_langchain(step.resource_id, m) for m in pending]
+        cut = safe_cut_at_or_before(lc, len(lc))
+        chosen = pending[:cut]
+        if not chosen:
+            return
+        record = await self._load_record(step.resource_id, step.thread_id)
+        try:
+            result = await self._observe_messages(step, record, {step.thread_id: chosen}, trigger="async-buffer",
+                                                   buffering=True, emit=emit)
+        except OMAborted as exc:
+            logger.warning("langchain-om buffering aborted: %s", exc)
+            result = None
+        async with self._lock(step.key):
+            record = await self._load_record(step.resource_id, step.thread_id)
+            if result is None:
+                updated = record.model_copy(deep=True)
+                updated.metadata["buffering_failed"] = True
+                await self._commit_quietly(updated, record.version)
+                return
+            start_after = max(
+                [record.last_observed_seq.get(step.thread_id, 0), *[c.end_seq for c in record.buffered_chunks]]
+            )
+            if chosen[0].seq <= start_after:
+                return  # overtaken by a synchronous observation or another buffer: discard, never double-observe
+            chunk = BufferedChunk(
+                thread_id=step.thread_id, start_seq=chosen[0].seq, end_seq=chosen[-1].seq, start_id=chosen[0].id,
+                end_id=chosen[-1].id, message_count=len(chosen), message_tokens=sum(m.tokens for m in chosen),
+                observations=result.text, observation_tokens=result.tokens, current_task=result.current_task,
+                suggested_response=result.suggested_response, extracted=result.extracted,
+            )
+            updated = record.model_copy(deep=True)
+            updated.buffered_chunks.append(chunk)
+            updated.metadata.pop("buffering_failed", None)
+            await self._commit_quietly(updated, record.version)
+
+    async def _commit_quietly(self, record: OMRecord, version: int) -> bool:
+        try:
+            await self.store.acommit_record(record, expected_version=version)
+            return True
+        except RecordConflictError:
+            return False
+
+    async def _maybe_activate(
+        self, step: _StepState, record: OMRecord, window: list[StoredMessage], tokens: int
+    ) -> OMRecord:
+        chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(step.thread_id, 0)]
+        if not chunks:
+            return record
+        obs = self.config.observation
+        if tokens > self._message_limit(record):
+            return await self._activate_chunks(step, record, window, select_chunks(chunks, tokens, obs), "threshold")
+        ttl = idle_ttl_ms(self.config.observation_idle_ms(), _provider_of(step.current_model))
+        last_ai = next((m for m in reversed(window) if m.data.get("type") == "ai"), None)
+        if ttl is not None and last_ai is not None:
+            idle = ms_between(last_ai.created_at, step.now)
+            if idle >= ttl:
+                return await self._activate_chunks(step, record, window, chunks, "ttl",
+                                                   last_activity=last_ai.created_at, ttl_expired_ms=idle - ttl)
+        if self.config.observation_activates_on_provider_change() and step.current_model and last_ai is not None:
+            previous = model_identity(self._as_langchain(step.resource_id, last_ai))
+            if previous and _normalise_model_id(previous) != _normalise_model_id(step.current_model):
+                return await self._activate_chunks(step, record, window, chunks, "provider_change",
+                                                   previous_model=previous)
+        return record
+
+    async def _activate_chunks(
+        self,
+        step: _StepState,
+        record: OMRecord,
+        window: list[StoredMessage],
+        chunks: list[BufferedChunk],
+        triggered_by: Literal["threshold", "ttl", "provider_change"],
+        *,
+        last_activity: datetime | None = None,
+        ttl_expired_ms: float | None = None,
+        previous_model: str | None = None,
+    ) -> OMRecord:
+        """Swap buffered chunks into the log instantly (no model call) and mark their messages observed."""
+        if not chunks:
+            return record
+        chunks = sorted(chunks, key=lambda c: c.start_seq)
+        updated = record.model_copy(deep=True)
+        chosen_ids = {c.id for c in chunks}
+        updated.buffered_chunks = [c for c in updated.buffered_chunks if c.id not in chosen_ids]
+        for chunk in chunks:
+            updated.groups.append(ObservationGroup(
+                thread_id=chunk.thread_id, start_id=chunk.start_id, end_id=chunk.end_id, text=chunk.observations,
+                tokens=chunk.observation_tokens, generation=record.generation_count, source="buffered"))
+            self._apply_hints(updated, chunk.current_task, chunk.suggested_response, chunk.extracted)
+        last = chunks[-1]
+        updated.last_observed_seq[step.thread_id] = last.end_seq
+        updated.last_observed_id[step.thread_id] = last.end_id
+        updated.last_observed_at = step.now
+        lc_window = [self._as_langchain(step.resource_id, m) for m in window]
+        cut = sum(1 for m in window if m.seq <= last.end_seq)
+        pinned = _pins_human(lc_window, cut)
+        if pinned is not None:
+            updated.metadata["pinned_message_id"] = pinned
+        # chunks that no longer start after the observed point can never be activated
+        updated.buffered_chunks = [c for c in updated.buffered_chunks if c.start_seq > last.end_seq]
+        try:
+            committed = await self.store.acommit_record(
+                updated, expected_version=record.version, mark_observed={step.thread_id: last.end_seq}
+            )
+        except RecordConflictError:
+            return await self._load_record(step.resource_id, step.thread_id)
+        text = "\n\n".join(c.observations for c in chunks)
+        step.events.append(ActivationEvent(data=ActivationData(
+            cycle_id=new_id("cycle_"), operation_type="observation", activated_at=iso_now(),
+            chunks_activated=len(chunks), tokens_activated=sum(c.message_tokens for c in chunks),
+            observation_tokens=committed.observation_tokens, messages_activated=sum(c.message_count for c in chunks),
+            generation_count=committed.generation_count, observations=text, triggered_by=triggered_by,
+            last_activity_at=int(last_activity.timestamp() * 1000) if last_activity else None,
+            ttl_expired_ms=ttl_expired_ms, previous_model=previous_model,
+            current_model=step.current_model if triggered_by == "provider_change" else None,
+            record_id=committed.id, thread_id=step.thread_id,
+            config=ObservationMarkerConfig(**self.config.marker_config()))))
+        return committed
+
+    # ------------------------------------------------------------- reflection
+
+    async def _maybe_reflect(self, step: _StepState, record: OMRecord, window: list[StoredMessage]) -> OMRecord:
+        ref = self.config.reflection
+        obs_tokens = record.observation_tokens
+        limit = self._reflection_limit(sum(m.tokens for m in window))
+        if obs_tokens <= limit or not record.groups:
+            return record
+        if self.config.reflection_buffering_enabled:
+            pending = record.buffered_reflection
+            if pending is not None:
+                return await self._activate_reflection(step, record, pending, "threshold")
+            if obs_tokens <= ref.block_after_tokens():
+                return record
+        return await self._reflect_sync(step, record, trigger="turn-sync")
+
+    async def _reflect_sync(self, step: _StepState, record: OMRecord, *, trigger: Trigger) -> OMRecord:
+        group_ids = [g.id for g in record.groups]
+        for _attempt in range(_MAX_COMMIT_RETRIES):
+            outcome = await self._run_reflection(step, record, group_ids, trigger=trigger, buffering=False)
+            if outcome is None:
+                return record
+            text, in_tokens, out_tokens, result = outcome
+            updated = self._apply_reflection(record, group_ids, text, out_tokens, result)
+            if updated is None:
+                return record
+            try:
+                return await self.store.acommit_record(updated, expected_version=record.version)
+            except RecordConflictError:
+                record = await self._load_record(step.resource_id, step.thread_id)
+                group_ids = [g.id for g in record.groups]
+        return record
+
+    def _apply_reflection(
+        self, record: OMRecord, covered: Sequence[str], text: str, tokens: int, result: _CycleResult | None
+    ) -> OMRecord | None:
+        """Replace exactly the covered groups (a prefix of the log) with one reflected group."""
+        ids = [g.id for g in record.groups]
+        if ids[: len(covered)] != list(covered) or not covered:
+            return None
+        old = record.groups[: len(covered)]
+        updated = record.model_copy(deep=True)
+        updated.generation_count += 1
+        threads = sorted({g.thread_id for g in old})
+        reflected = ObservationGroup(
+            thread_id=old[-1].thread_id, start_id=old[0].start_id, end_id=old[-1].end_id, text=text, tokens=tokens,
+            generation=updated.generation_count, source="reflection", thread_ids=threads if len(threads) > 1 else [],
+        )
+        updated.groups = [reflected, *updated.groups[len(covered):]]
+        updated.buffered_reflection = None
+        if result is not None:
+            self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
+        updated.updated_at = utcnow()
+        return updated
+
+    async def _run_reflection(
+        self,
+        step: _StepState,
+        record: OMRecord,
+        group_ids: Sequence[str],
+        *,
+        trigger: Trigger,
+        buffering: bool,
+        emit: Callable[[OMEvent], None] | None = None,
+    ) -> tuple[str, int, int, _CycleResult] | None:
+        """Call the Reflector with growing compression pressure until its output is smaller."""
+        push = emit or step.events.append
+        groups = [g for g in record.groups if g.id in set(group_ids)]
+        source_text = "\n\n".join(g.text for g in groups)
+        in_tokens = sum(g.tokens for g in groups)
+        cycle_id = new_id("cycle_")
+        started = time.perf_counter()
+        marker = ObservationMarkerConfig(**self.config.marker_config())
+        if buffering:
+            push(BufferingStartEvent(data=BufferingStartData(
+                cycle_id=cycle_id, operation_type="reflection", started_at=iso_now(), tokens_to_buffer=in_tokens,
+                record_id=record.id, thread_id=step.thread_id, config=marker)))
+        else:
+            push(ObservationStartEvent(data=ObservationStartData(
+                cycle_id=cycle_id, operation_type="reflection", started_at=iso_now(), tokens_to_observe=in_tokens,
+                record_id=record.id, thread_id=step.thread_id, config=marker)))
+        hook_ctx = HookContext(step.thread_id, step.resource_id, trigger, "reflection", cycle_id)
+        await self.hooks.call("on_reflection_start", hook_ctx)
+        spec = self.config.model_spec("reflection")
+        inline = self._inline_extractors("reflection", record)
+        last_error = "reflection did not compress the observations"
+        usage: dict[str, Any] | None = None
+        provider_metadata: dict[str, Any] | None = None
+        for level in range(reflector_mod.MAX_COMPRESSION_LEVEL + 1):
+            prompt = reflector_mod.build_reflector_messages(
+                source_text, instruction=self.config.reflection.instruction, level=level,
+                target_tokens=self.config.reflection.observation_tokens // 2, inline_extractors=inline,
+            )
+            input_tokens = self.counter.count_messages(prompt)
+            try:
+                call = await acall_om_model(
+                    spec if spec is not None else "default", prompt, role="reflector", input_tokens=input_tokens,
+                    settings=self.config.model_settings("reflection"),
+                    provider_options=self.config.reflection.provider_options,
+                    context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
+                             "input_tokens": input_tokens, "memory": self, "role": "reflector"},
+                )
+                usage, provider_metadata = call.usage, call.provider_metadata
+                parsed = reflector_mod.parse_reflector_output(call.text, inline_slugs=[s.slug for s in inline])
+            except ModelSelectionError as exc:
+                await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, in_tokens, str(exc),
+                                         buffering, "reflection")
+                raise OMAborted(f"reflector model selection failed: {exc}") from exc
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                logger.warning("langchain-om reflection attempt %d failed: %s", level, exc)
+                continue
+            out_tokens = self.counter.count_text(parsed.observations)
+            if not reflector_mod.is_compressed(in_tokens, out_tokens):
+                last_error = f"reflection output ({out_tokens} tokens) not smaller than input ({in_tokens})"
+                continue
+            extracted, failures = await self._extract("reflection", step, record, parsed, source_text)
+            result = _CycleResult(parsed.observations, out_tokens, parsed.current_task, parsed.suggested_response,
+                                  None, extracted, failures, usage, provider_metadata)
+            duration = (time.perf_counter() - started) * 1000
+            if buffering:
+                push(BufferingEndEvent(data=BufferingEndData(
+                    cycle_id=cycle_id, operation_type="reflection", completed_at=iso_now(), duration_ms=duration,
+                    tokens_buffered=in_tokens, buffered_tokens=out_tokens, observations=parsed.observations,
+                    extracted_values=extracted or None, extraction_failures=failures or None, record_id=record.id,
+                    thread_id=step.thread_id)))
+            else:
+                push(ObservationEndEvent(data=ObservationEndData(
+                    cycle_id=cycle_id, operation_type="reflection", completed_at=iso_now(), duration_ms=duration,
+                    tokens_observed=in_tokens, observation_tokens=out_tokens, observations=parsed.observations,
+                    current_task=parsed.current_task, suggested_response=parsed.suggested_response,
+                    extracted_values=extracted or None, extraction_failures=failures or None,
+                    record_id=record.id, thread_id=step.thread_id)))
+            await self.hooks.call("on_reflection_end", HookContext(
+                step.thread_id, step.resource_id, trigger, "reflection", cycle_id, usage=usage,
+                provider_metadata=provider_metadata))
+            return parsed.observations, in_tokens, out_tokens, result
+        await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, in_tokens, last_error, buffering,
+                                 "reflection")
+        return None
+
+    async def _buffer_reflection(self, step: _StepState, group_ids: list[str]) -> None:
+        emit = self._background_emit(step.key)
+        record = await self._load_record(step.resource_id, step.thread_id)
+        try:
+            outcome = await self._run_reflection(step, record, group_ids, trigger="async-buffer", buffering=True,
+                                                 emit=emit)
+        except OMAborted as exc:
+            logger.warning("langchain-om reflection buffering aborted: %s", exc)
+            return
+        if outcome is None:
+            return
+        text, in_tokens, out_tokens, result = outcome
+        async with self._lock(step.key):
+            record = await self._load_record(step.resource_id, step.thread_id)
+            ids = [g.id for g in record.groups]
+            if ids[: len(group_ids)] != group_ids or record.buffered_reflection is not None:
+                return
+            updated = record.model_copy(deep=True)
+            updated.buffered_reflection = BufferedReflection(
+                covered_group_ids=group_ids, text=text, input_tokens=in_tokens, output_tokens=out_tokens,
+                extracted=result.extracted,
+            )
+            await self._commit_quietly(updated, record.version)
+
+    async def _activate_reflection(
+        self, step: _StepState, record: OMRecord, pending: BufferedReflection,
+        triggered_by: Literal["threshold", "ttl", "provider_change"],
+    ) -> OMRecord:
+        updated = self._apply_reflection(record, pending.covered_group_ids, pending.text, pending.output_tokens, None)
+        if updated is None:
+            stale = record.model_copy(deep=True)
+            stale.buffered_reflection = None
+            await self._commit_quietly(stale, record.version)
+            return await self._load_record(step.resource_id, step.thread_id)
+        try:
+            committed = await self.store.acommit_record(updated, expected_version=record.version)
+        except RecordConflictError:
+            return await self._load_record(step.resource_id, step.thread_id)
+        step.events.append(ActivationEvent(data=ActivationData(
+            cycle_id=new_id("cycle_"), operation_type="reflection", activated_at=iso_now(), chunks_activated=1,
+            tokens_activated=pending.output_tokens, observation_tokens=committed.observation_tokens,
+            messages_activated=0, generation_count=committed.generation_count, observations=pending.text,
+            triggered_by=triggered_by, record_id=committed.id, thread_id=step.thread_id,
+            config=ObservationMarkerConfig(**self.config.marker_config()))))
+        return committed
+
+    # ----------------------------------------------------------- manual API
+
+    async def aobserve(self, thread_id: str, *, resource_id: str | None = None,
+                       config: RunnableConfig | None = None) -> OMRecord:
+        """Observe every unobserved message now (trigger ``manual``)."""
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        key = record_key(resource, self._record_thread(thread_id))
+        step = _StepState(resource, thread_id, key, self._clock(), [], None, config)
+        async with self._lock(key):
+            record = await self._load_record(resource, thread_id)
+            if self.config.scope == "resource":
+                from .resource import observe_resource
+
+                record = await observe_resource(self, step, record, trigger="manual")
+            else:
+                window = await self._window(record, resource, thread_id)
+                lc = [self._as_langchain(resource, m) for m in window]
+                cut = safe_cut_at_or_before(lc, len(lc))
+                if cut > 0:
+                    chosen = window[:cut]
+                    result = await self._observe_messages(step, record, {thread_id: chosen}, trigger="manual")
+                    if result is not None:
+                        updated = self._apply_observation(record, thread_id, chosen, result,
+                                                          human_pinned=_pins_human(lc, cut))
+                        updated.buffered_chunks = [c for c in updated.buffered_chunks if c.start_seq > chosen[-1].seq]
+                        record = await self.store.acommit_record(
+                            updated, expected_version=record.version, mark_observed={thread_id: chosen[-1].seq})
+                        await self._after_observation(step, record, result)
+        await self._dispatch(step.events, config)
+        return record
+
+    async def areflect(self, thread_id: str, *, resource_id: str | None = None,
+                       config: RunnableConfig | None = None) -> OMRecord:
+        """Reflect the whole observation log now (trigger ``manual``)."""
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        key = record_key(resource, self._record_thread(thread_id))
+        step = _StepState(resource, thread_id, key, self._clock(), [], None, config)
+        async with self._lock(key):
+            record = await self._load_record(resource, thread_id)
+            if record.groups:
+                record = await self._reflect_sync(step, record, trigger="manual")
+        await self._dispatch(step.events, config)
+        return record
+
+    def observe(self, thread_id: str, **kwargs: Any) -> OMRecord:
+        return self._loop.run(self.aobserve(thread_id, **kwargs))
+
+    def reflect(self, thread_id: str, **kwargs: Any) -> OMRecord:
+        return self._loop.run(self.areflect(thread_id, **kwargs))
+
+    async def aget_record(self, thread_id: str, *, resource_id: str | None = None) -> OMRecord:
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        return await self._load_record(resource, thread_id)
+
+    def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
+        return self._loop.run(self.aget_record(thread_id, **kwargs))
+
+    async def astatus(self, thread_id: str, *, resource_id: str | None = None) -> StatusData:
+        """The ``data-om-status`` payload for a thread, without running a step."""
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        record = await self._load_record(resource, thread_id)
+        window = await self._window(record, resource, thread_id)
+        key = record_key(resource, self._record_thread(thread_id))
+        return self._status(record, window, thread_id, self._step_numbers.get(key, 0))
+
+    def status(self, thread_id: str, **kwargs: Any) -> StatusData:
+        return self._loop.run(self.astatus(thread_id, **kwargs))
+
+    async def await_background(self, thread_id: str | None = None, *, resource_id: str | None = None) -> None:
+        """Wait for running background buffering (all, or one thread's). Handy in tests and scripts."""
+        if thread_id is None:
+            await self._tasks.wait()
+            return
+        resource = self._resource_for(thread_id, resource_id)
+        await self._tasks.wait(record_key(resource, self._record_thread(thread_id)))
+
+    async def aclose(self, *, cancel: bool = False, timeout: float | None = 30.0) -> None:
+        """Finish (or cancel) background work, then close the store. Records stay consistent either way."""
+        await self._tasks.aclose(timeout=timeout, cancel=cancel)
+        await self.store.aclose()
+
+    def close(self) -> None:
+        self._loop.run(self._tasks.aclose())
+        self._loop.run(self.store.aclose())
+        self._loop.stop()
+
+    # ---------------------------------------------------------- context
+
+    async def _build_context(
+        self, record: OMRecord, window: list[StoredMessage], resource_id: str, thread_id: str
+    ) -> OMContext:
+        sections: list[str] = []
+        for provider in self.section_providers:
+            section = await provider(self, record, resource_id, thread_id)
+            if section:
+                sections.append(section)
+        labels = {g.thread_id: self.thread_label(g.thread_id) for g in record.groups}
+        text = render_context(
+            record.groups,
+            current_task=record.current_task,
+            suggested_response=record.suggested_response,
+            extra_sections=sections,
+            thread_labels=labels,
+            show_thread=self.config.scope == "resource",
+        )
+        messages = [self._as_langchain(resource_id, m) for m in window]
+        pinned_id = record.metadata.get("pinned_message_id")
+        if isinstance(pinned_id, str) and not any(m.type == "human" for m in messages):
+            pinned = await self.store.aget_message(resource_id, pinned_id)
+            if pinned is not None and pinned.thread_id == thread_id:
+                messages.insert(0, self._as_langchain(resource_id, pinned))
+        system = context_message(text) if text else None
+        status = self._status(record, window, thread_id, 0)
+        return OMContext(system_message=system, messages=messages, status=status, events=[], record=record)
+
+    def _status(self, record: OMRecord, window: list[StoredMessage], thread_id: str, step_number: int) -> StatusData:
+        tokens = sum(m.tokens for m in window)
+        chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(thread_id, 0)]
+        key = record.key
+        obs_status = "running" if self._tasks.running(key, "observe") else ("complete" if chunks else "idle")
+        pending = record.buffered_reflection
+        ref_status = "running" if self._tasks.running(key, "reflect") else ("complete" if pending else "idle")
+        return StatusData(
+            windows=Windows(
+                active=ActiveWindows(
+                    messages=WindowUsage(tokens=tokens, threshold=self._message_limit(record)),
+                    observations=WindowUsage(tokens=record.observation_tokens,
+                                             threshold=self._reflection_limit(tokens)),
+                ),
+                buffered=BufferedWindows(
+                    observations=BufferedObservations(
+                        chunks=len(chunks),
+                        message_tokens=sum(c.message_tokens for c in chunks),
+                        projected_message_removal=projected_removal(chunks, tokens, self.config.observation),
+                        observation_tokens=sum(c.observation_tokens for c in chunks),
+                        status=obs_status,
+                    ),
+                    reflection=BufferedReflectionStatus(
+                        input_observation_tokens=pending.input_tokens if pending else 0,
+                        observation_tokens=pending.output_tokens if pending else 0,
+                        status=ref_status,
+                    ),
+                ),
+            ),
+            record_id=record.id,
+            thread_id=thread_id,
+            step_number=step_number,
+            generation_count=record.generation_count,
+            tokenizer=self.counter.source,
+        )
+
+    # ------------------------------------------------------------- events
+
+    def _debug(self, event: OMEvent) -> None:
+        callback = self.config.on_debug_event
+        if callback is None:
+            return
+        try:
+            result = callback(event)
+            if asyncio.iscoroutine(result):
+                asyncio.get_running_loop().create_task(result)
+        except Exception:
+            logger.exception("langchain-om on_debug_event raised")
+
+    async def _dispatch(self, events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
+        """Send events as LangChain custom events and to LangGraph's custom stream, when in a run."""
+        from .callbacks import dispatch_events
+
+        for event in events:
+            if not self._pending_from_background(event):
+                self._debug(event)
+        await dispatch_events(events, config)
+
+    @staticmethod
+    def _pending_from_background(event: OMEvent) -> bool:
+        return event.type.startswith("data-om-buffering-")
+
+
+def _pins_human(messages: Sequence[BaseMessage], cut: int) -> str | None:
+    """The newest human message's id if a cut at ``cut`` would observe it."""
+    human = last_human_index(messages)
+    if human is not None and human < cut:
+        return messages[human].id
+    return None
+
+
+def _provider_of(model_id: str | None) -> str | None:
+    if not model_id:
+        return None
+    for sep in (":", "/"):
+        if sep in model_id:
+            return model_id.split(sep, 1)[0]
+    return None
+
+
+def _normalise_model_id(model_id: str) -> str:
+    return model_id.replace(":", "/").lower()
+
+
+def default_db_path() -> str:
+    return os.environ.get("LANGCHAIN_OM_DB", "./langchain_om.db")
