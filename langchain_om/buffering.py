@@ -126,7 +126,7 @@ class BackgroundTasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             return
-        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        _done, pending = await asyncio.wait(tasks, timeout=timeout)
         for task in pending:
             task.cancel()
         if pending:

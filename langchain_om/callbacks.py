@@ -24,7 +24,7 @@ def _stream_writer(config: RunnableConfig | None) -> Any:
         from langgraph._internal._constants import CONFIG_KEY_RUNTIME
     except ImportError:  # pragma: no cover - older layout
         try:
-            from langgraph.constants import CONFIG_KEY_RUNTIME  # type: ignore[attr-defined,no-redef]
+            from langgraph.constants import CONFIG_KEY_RUNTIME  # type: ignore[no-redef]
         except ImportError:
             return None
     candidates: list[Any] = []

@@ -433,8 +433,9 @@ class OMConfig(_Strict):
 
     def observation_idle_ms(self) -> Duration:
         """Observation inherits the top-level idle activation unless it sets its own (False stops it)."""
-        own = self.observation.activate_after_idle
-        return self.activate_after_idle if own is None else own
+        own: Duration = self.observation.activate_after_idle
+        inherited: Duration = self.activate_after_idle
+        return inherited if own is None else own
 
     def observation_activates_on_provider_change(self) -> bool:
         own = self.observation.activate_on_provider_change
@@ -442,7 +443,8 @@ class OMConfig(_Strict):
 
     def reflection_idle_ms(self) -> Duration:
         """Reflection never inherits the top-level value."""
-        return self.reflection.activate_after_idle or False
+        own: Duration = self.reflection.activate_after_idle
+        return own if own is not None else False
 
     def uses_default_model(self, which: Literal["observation", "reflection"]) -> bool:
         spec = self.model_spec(which)

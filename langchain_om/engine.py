@@ -892,7 +892,7 @@ class ObservationalMemory:
             outcome = await self._run_reflection(step, record, group_ids, trigger=trigger, buffering=False)
             if outcome is None:
                 return record
-            text, in_tokens, out_tokens, result = outcome
+            text, _in_tokens, out_tokens, result = outcome
             updated = self._apply_reflection(record, group_ids, text, out_tokens, result)
             if updated is None:
                 return record

@@ -1,0 +1,1 @@
+"""Observational Memory for LangGraph and LangChain."""
