@@ -480,6 +480,10 @@ class ObservationalMemory:
         updated.last_observed_seq[thread_id] = chosen[-1].seq
         updated.last_observed_id[thread_id] = chosen[-1].id
         updated.last_observed_at = chosen[-1].created_at
+        # staged chunks overlapping what was just observed can never be activated
+        updated.buffered_chunks = [
+            c for c in updated.buffered_chunks if c.thread_id != thread_id or c.start_seq > chosen[-1].seq
+        ]
         self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
         if human_pinned is not None:
             updated.metadata["pinned_message_id"] = human_pinned
@@ -1082,7 +1086,6 @@ class ObservationalMemory:
                     if result is not None:
                         updated = self._apply_observation(record, thread_id, chosen, result,
                                                           human_pinned=_pins_human(lc, cut))
-                        updated.buffered_chunks = [c for c in updated.buffered_chunks if c.start_seq > chosen[-1].seq]
                         record = await self.store.acommit_record(
                             updated, expected_version=record.version, mark_observed={thread_id: chosen[-1].seq})
                         await self._after_observation(step, record, result)

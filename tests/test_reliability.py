@@ -1,0 +1,142 @@
+"""Reliability under faults (issue 7, item 2): SIGKILLed workers and concurrent workers.
+
+Each test is bounded: a fixed number of kills, fixed turn counts and subprocess timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from om_checks import assert_consistent
+
+from langchain_om.store.base import OMStore
+
+WORKER = str(Path(__file__).parent / "workers" / "om_worker.py")
+TURNS = 150
+KILLS = 8
+
+
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, Any]:
+    if backend == "sqlite":
+        path = tmp_path / "om.db"
+        return f"sqlite:{path}", None
+    dsn = request.getfixturevalue("pg_dsn")
+    schema = f"om_rel_{uuid.uuid4().hex[:10]}"
+    return f"postgres:{schema}:{dsn}", (schema, dsn)
+
+
+def open_store(url: str) -> OMStore:
+    sys.path.insert(0, str(Path(WORKER).parent))
+    try:
+        from om_worker import open_store as worker_open
+    finally:
+        sys.path.pop(0)
+    return worker_open(url)
+
+
+def drop_schema(info: Any) -> None:
+    if info is None:
+        return
+    import psycopg
+    from psycopg import sql
+
+    schema, dsn = info
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def spawn(url: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, WORKER, url, "t1", str(TURNS), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def check(url: str) -> int:
+    store = open_store(url)
+    await store.asetup()
+    try:
+        await assert_consistent(store, "t1", "t1", expected_messages=2 * TURNS)
+        record = await store.aget_record("t1", "t1")
+        return len(record.groups) if record else 0
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sigkill_at_random_points_loses_and_duplicates_nothing(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url, info = store_url(backend, tmp_path, request)
+    rng = random.Random(20261202)
+    kills = 0
+    try:
+        while True:
+            proc = spawn(url, "--delay", "0.01")
+            if kills < KILLS:
+                time.sleep(rng.uniform(1.0, 4.0))
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait(timeout=30)
+                    kills += 1
+                    # the store must be consistent after every kill, not only at the end
+                    asyncio.run(_consistent_so_far(url))
+                    continue
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err
+            if "done" in out:
+                break
+        cycles = asyncio.run(check(url))
+        assert kills >= KILLS // 2, "the kills must actually interrupt workers"
+        assert cycles >= 20, f"only {cycles} observation groups were committed"
+    finally:
+        drop_schema(info)
+
+
+async def _consistent_so_far(url: str) -> None:
+    store = open_store(url)
+    await store.asetup()
+    try:
+        stored = await store.aget_messages("t1", "t1")
+        ids = [m.id for m in stored]
+        assert len(ids) == len(set(ids))
+        record = await store.aget_record("t1", "t1")
+        if record is not None:
+            last = record.last_observed_seq.get("t1", 0)
+            assert all(m.observed == (m.seq <= last) for m in stored)
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_eight_concurrent_workers_never_double_observe(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url, info = store_url(backend, tmp_path, request)
+    try:
+        # set the schema up once so eight cold starts do not all race on migration
+        asyncio.run(_setup(url))
+        procs = [spawn(url, "--delay", "0.002") for _ in range(8)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            assert "done" in out
+        asyncio.run(check(url))
+    finally:
+        drop_schema(info)
+
+
+async def _setup(url: str) -> None:
+    store = open_store(url)
+    await store.asetup()
+    await store.aclose()

@@ -1,0 +1,77 @@
+"""A worker process for the reliability tests: replays a deterministic conversation through OM.
+
+Usage: python om_worker.py STORE_URL THREAD TURNS [--delay S]
+STORE_URL is ``sqlite:PATH`` or ``postgres:SCHEMA:DSN``. Prints ``done`` when every turn was processed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_om.engine import ObservationalMemory
+from langchain_om.store.base import OMStore
+
+OBSERVATION = (
+    "<observations>\nDate: 2026-11-30 (Monday)\n* 🔴 (09:00) User keeps talking about turn numbers.\n"
+    "</observations>\n<current-task>Keep counting.</current-task>"
+)
+
+
+class SlowFake(FakeListChatModel):
+    """A scripted Observer that takes a little time, so kills land in the middle of cycles."""
+
+    delay: float = 0.0
+
+    def _call(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> str:
+        time.sleep(self.delay)
+        return super()._call(messages, stop, run_manager, **kwargs)
+
+
+def open_store(url: str) -> OMStore:
+    kind, _, rest = url.partition(":")
+    if kind == "sqlite":
+        from langchain_om.store.sqlite import SQLiteStore
+
+        return SQLiteStore(rest)
+    schema, _, dsn = rest.partition(":")
+    from langchain_om.store.postgres import PostgresStore
+
+    return PostgresStore(dsn, schema=schema)
+
+
+def history(turns: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = []
+    for turn in range(turns):
+        words = " ".join(f"w{turn}_{i}" for i in range(25))
+        messages.append(HumanMessage(f"turn {turn}: {words}", id=f"h{turn}"))
+        messages.append(AIMessage(f"reply {turn}: {words}", id=f"a{turn}"))
+    return messages
+
+
+async def main(url: str, thread: str, turns: int, delay: float, buffering: bool) -> None:
+    om = ObservationalMemory(
+        open_store(url),
+        model=SlowFake(responses=[OBSERVATION], delay=delay),
+        token_counter="estimator",
+        observation={"message_tokens": 300, "buffer_tokens": 100 if buffering else False},
+        reflection={"observation_tokens": 1_000_000},
+    )
+    full = history(turns)
+    for end in range(1, len(full) + 1, 2):
+        await om.aprocess(thread, full[:end])
+        await asyncio.sleep(0)
+    await om.aprocess(thread, full)
+    await om.aclose()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    delay = float(args[args.index("--delay") + 1]) if "--delay" in args else 0.0
+    asyncio.run(main(args[0], args[1], int(args[2]), delay, "--no-buffering" not in args))
