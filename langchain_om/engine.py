@@ -165,6 +165,7 @@ class ObservationalMemory:
         on_debug_event: Callable[[OMEvent], Any] | None = None,
         enabled: bool = True,
         clock: Callable[[], datetime] | None = None,
+        working_memory: Any = None,
     ) -> None:
         self.config = OMConfig.build(
             enabled=enabled,
@@ -200,8 +201,13 @@ class ObservationalMemory:
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._step_numbers: dict[str, int] = {}
         self.section_providers: list[SectionProvider] = []
-        self.extraction_pipeline: Any = None
-        """Set by ``extractors.py`` when custom extractors are configured."""
+        from .extractors import ExtractionPipeline
+        from .working_memory import WorkingMemory
+
+        self.working_memory: WorkingMemory | None = WorkingMemory.from_option(self, working_memory)
+        """Working memory (``working_memory=`` option / ``observation.manage_working_memory``), or None."""
+        self.extraction_pipeline: ExtractionPipeline | None = ExtractionPipeline.from_config(self)
+        """Built-in and custom extractors (``observation.extract`` / ``reflection.extract``)."""
 
     # ------------------------------------------------------------------ setup
 
@@ -490,15 +496,16 @@ class ObservationalMemory:
         updated.updated_at = utcnow()
         return updated
 
-    @staticmethod
     def _apply_hints(
-        record: OMRecord, current_task: str | None, suggested: str | None, extracted: Mapping[str, Any]
+        self, record: OMRecord, current_task: str | None, suggested: str | None, extracted: Mapping[str, Any]
     ) -> None:
         if current_task:
             record.metadata["current_task"] = current_task
         if suggested:
             record.metadata["suggested_response"] = suggested
-        if extracted:
+        if extracted and self.extraction_pipeline is not None:
+            self.extraction_pipeline.persist(record, extracted)
+        elif extracted:
             store = record.metadata.setdefault("om", {}).setdefault("extracted", {})
             store.update(extracted)
 
@@ -622,10 +629,22 @@ class ObservationalMemory:
             text, self.config.observation.previous_observer_tokens, self.counter.count_text
         )
 
-    def _inline_extractors(self, source: Literal["observation", "reflection"], record: OMRecord) -> list[Any]:
+    async def _inline_extractors(
+        self, source: Literal["observation", "reflection"], step: _StepState, record: OMRecord
+    ) -> list[Any]:
         if self.extraction_pipeline is not None:
-            return list(self.extraction_pipeline.inline_specs(source, record))
+            return list(await self.extraction_pipeline.ainline_specs(
+                source, record, memory=self, thread_id=step.thread_id, resource_id=step.resource_id))
         return []
+
+    def working_memory_tools(self, *, thread_id: str | None = None, resource_id: str | None = None) -> list[Any]:
+        """Extra tools for the main agent: ``update_working_memory`` when working memory is agent-managed.
+
+        Integrations (middleware, graph helpers) add these to the agent's tools; without ids the
+        tool reads ``thread_id`` / ``resource_id`` from ``config["configurable"]``."""
+        if self.working_memory is None:
+            return []
+        return list(self.working_memory.tools(thread_id=thread_id, resource_id=resource_id))
 
     async def _call_observer(
         self, step: _StepState, record: OMRecord, batch: Mapping[str, Sequence[StoredMessage]], *, trigger: Trigger
@@ -645,7 +664,7 @@ class ObservationalMemory:
             texts.append(transcript.text)
             attachments.extend(transcript.attachments)
         transcript_all = observer_mod.Transcript(text="\n\n".join(texts), attachments=attachments)
-        inline = self._inline_extractors("observation", record)
+        inline = await self._inline_extractors("observation", step, record)
         prompt = observer_mod.build_observer_messages(
             transcript_all,
             previous_observations=self._previous_observations(record),
@@ -687,7 +706,12 @@ class ObservationalMemory:
         parsed: Any,
         input_text: str,
     ) -> tuple[dict[str, Any], list[ExtractionFailure]]:
-        """Built-in values come from the parse; custom extractors run through the pipeline."""
+        """Built-in and custom values, all through the extraction pipeline when there is one."""
+        if self.extraction_pipeline is not None:
+            return await self.extraction_pipeline.run(
+                source=source, memory=self, record=record, parsed=parsed, input_text=input_text,
+                thread_id=step.thread_id, resource_id=step.resource_id,
+            )
         values: dict[str, Any] = {}
         if getattr(parsed, "current_task", None):
             values["current-task"] = parsed.current_task
@@ -786,6 +810,14 @@ class ObservationalMemory:
                 suggested_response=result.suggested_response, extracted=result.extracted,
             )
             updated = record.model_copy(deep=True)
+            if self.extraction_pipeline is not None:
+                # custom values are persisted when buffered (the buffering-end event reports them as
+                # stored); only the continuation hints wait for the chunk's activation
+                from .extractors import BUILTIN_SLUGS
+
+                custom = {k: v for k, v in result.extracted.items() if k not in BUILTIN_SLUGS}
+                self.extraction_pipeline.persist(updated, custom)
+                chunk.extracted = {k: v for k, v in result.extracted.items() if k in BUILTIN_SLUGS}
             updated.buffered_chunks.append(chunk)
             updated.metadata.pop("buffering_failed", None)
             await self._commit_quietly(updated, record.version)
@@ -958,7 +990,7 @@ class ObservationalMemory:
         hook_ctx = HookContext(step.thread_id, step.resource_id, trigger, "reflection", cycle_id)
         await self.hooks.call("on_reflection_start", hook_ctx)
         spec = self.config.model_spec("reflection")
-        inline = self._inline_extractors("reflection", record)
+        inline = await self._inline_extractors("reflection", step, record)
         last_error = "reflection did not compress the observations"
         usage: dict[str, Any] | None = None
         provider_metadata: dict[str, Any] | None = None
@@ -1033,9 +1065,16 @@ class ObservationalMemory:
             if ids[: len(group_ids)] != group_ids or record.buffered_reflection is not None:
                 return
             updated = record.model_copy(deep=True)
+            extracted = dict(result.extracted)
+            if self.extraction_pipeline is not None:
+                from .extractors import BUILTIN_SLUGS
+
+                self.extraction_pipeline.persist(updated, {k: v for k, v in extracted.items()
+                                                           if k not in BUILTIN_SLUGS})
+                extracted = {k: v for k, v in extracted.items() if k in BUILTIN_SLUGS}
             updated.buffered_reflection = BufferedReflection(
                 covered_group_ids=group_ids, text=text, input_tokens=in_tokens, output_tokens=out_tokens,
-                extracted=result.extracted,
+                extracted=extracted,
             )
             await self._commit_quietly(updated, record.version)
 
@@ -1044,6 +1083,9 @@ class ObservationalMemory:
         triggered_by: Literal["threshold", "ttl", "provider_change"],
     ) -> OMRecord:
         updated = self._apply_reflection(record, pending.covered_group_ids, pending.text, pending.output_tokens, None)
+        if updated is not None and pending.extracted:
+            hints = pending.extracted
+            self._apply_hints(updated, hints.get("current-task"), hints.get("suggested-response"), hints)
         if updated is None:
             stale = record.model_copy(deep=True)
             stale.buffered_reflection = None
