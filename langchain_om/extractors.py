@@ -114,7 +114,7 @@ class Extractor:
             raise OMConfigError(f"extractor[{slug}].include_previous_extraction", "must be true or false")
         if metadata_key_path is None:
             metadata_key_path = f"extracted.{slug}"
-        if metadata_key_path is True:
+        if metadata_key_path is True:  # type: ignore[comparison-overlap]  # runtime guard for untyped callers
             raise OMConfigError(f"extractor[{slug}].metadata_key_path", "use a dot path string or false")
         if metadata_key_path is not False:
             if not isinstance(metadata_key_path, str) or not all(

@@ -1,0 +1,175 @@
+"""OM model selection (issue 6, item 4), tested through ObservationalMemory with recording models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from langchain_om.models import ModelByInputTokens, ModelSelectionError
+from om_fakes import conversation
+from om_recording import RecordingModel, observer_reply
+
+from langchain_om.engine import ObservationalMemory, OMContext
+from langchain_om.store.memory import InMemoryStore
+
+SHORT_REFLECTION = "<observations>\n* 🔴 Miso: no chicken.\n</observations>"
+
+
+def reply(messages: list[BaseMessage]) -> str:
+    text = "\n".join(str(m.content) for m in messages)
+    return observer_reply() if "Turn " in text else SHORT_REFLECTION
+
+
+def make_om(model: Any = None, **options: Any) -> ObservationalMemory:
+    observation = {"message_tokens": 400, "buffer_tokens": False, **options.pop("observation", {})}
+    reflection = {"observation_tokens": 10_000, **options.pop("reflection", {})}
+    return ObservationalMemory(InMemoryStore(), model=model, observation=observation, reflection=reflection,
+                               token_counter="estimator", **options)
+
+
+async def run_until_observed(om: ObservationalMemory, turns: int = 14) -> list[OMContext]:
+    contexts = []
+    for history in conversation(turns):
+        ctx = await om.aprocess("t1", history)
+        contexts.append(ctx)
+        if any(e.type in ("data-om-observation-end", "data-om-observation-failed") for e in ctx.events):
+            return contexts
+    raise AssertionError("no observation was attempted")
+
+
+# ------------------------------------------------------------------ ModelByInputTokens
+
+
+def test_model_by_input_tokens_picks_the_smallest_fitting_tier() -> None:
+    small, large = RecordingModel(fn=reply), RecordingModel(fn=reply)
+    selector = ModelByInputTokens(up_to={50_000: large, 5_000: small})
+    assert selector.get_thresholds() == [5_000, 50_000]
+    assert selector.resolve(10) is small
+    assert selector.resolve(5_000) is small
+    assert selector.resolve(5_001) is large
+    assert selector.resolve(50_000) is large
+    with pytest.raises(ModelSelectionError) as info:
+        selector.resolve(50_001)
+    assert "50001" in str(info.value).replace(",", "").replace("_", "") or "50,001" in str(info.value)
+
+
+async def test_tiers_are_chosen_by_the_observer_input_size() -> None:
+    tiny, big = RecordingModel(fn=reply), RecordingModel(fn=reply)
+    om = make_om(ModelByInputTokens(up_to={50: tiny, 1_000_000: big}))
+    await run_until_observed(om)
+    assert tiny.calls == [] and len(big.calls) == 1
+
+
+async def test_input_above_the_largest_tier_aborts_the_step() -> None:
+    tiny = RecordingModel(fn=reply)
+    om = make_om(ModelByInputTokens(up_to={50: tiny}))
+    contexts = await run_until_observed(om)
+    last = contexts[-1]
+    assert last.aborted and "50" in last.aborted
+    failed = [e for e in last.events if e.type == "data-om-observation-failed"]
+    assert failed and "50" in failed[0].data.error  # type: ignore[attr-defined]
+    assert tiny.calls == []
+    record = await om.aget_record("t1")
+    assert record.groups == [], "nothing was observed"
+    assert [m.id for m in last.messages] == [m.id for m in list(conversation(len(contexts)))[-1]]
+
+
+# ------------------------------------------------------------------ instances, callables, lists
+
+
+async def test_a_chat_model_instance_is_used_directly() -> None:
+    model = RecordingModel(fn=reply)
+    om = make_om(model)
+    await run_until_observed(om)
+    assert len(model.calls) == 1
+    assert "Turn 0" in "\n".join(str(m.content) for m in model.calls[0]["messages"])
+
+
+async def test_dynamic_model_callable_gets_the_context() -> None:
+    observer_model, reflector_model = RecordingModel(fn=reply), RecordingModel(fn=reply)
+    seen: list[dict[str, Any]] = []
+
+    def choose(ctx: dict[str, Any]) -> Any:
+        seen.append(dict(ctx))
+        return observer_model if ctx["role"] == "observer" else reflector_model
+
+    om = make_om(choose)
+    await run_until_observed(om)
+    await om.areflect("t1")
+    assert len(observer_model.calls) == 1 and len(reflector_model.calls) == 1
+    first = seen[0]
+    assert first["thread_id"] == "t1" and first["resource_id"] == "t1" and first["trigger"] == "turn-sync"
+    assert first["input_tokens"] > 0 and first["memory"] is om
+    assert seen[-1]["role"] == "reflector" and seen[-1]["trigger"] == "manual"
+
+
+async def test_per_role_models() -> None:
+    observer_model, reflector_model = RecordingModel(fn=reply), RecordingModel(fn=reply)
+    om = make_om(observation={"model": observer_model}, reflection={"model": reflector_model})
+    await run_until_observed(om)
+    await om.areflect("t1")
+    assert len(observer_model.calls) == 1 and len(reflector_model.calls) == 1
+
+
+async def test_model_list_is_tried_in_order_with_retries() -> None:
+    flaky = RecordingModel(fn=reply, fail_times=100)
+    backup = RecordingModel(fn=reply)
+    om = make_om([{"model": flaky, "max_retries": 2}, backup])
+    contexts = await run_until_observed(om)
+    assert any(e.type == "data-om-observation-end" for e in contexts[-1].events)
+    assert len(flaky.calls) == 3, "one attempt plus two retries"
+    assert len(backup.calls) == 1
+
+
+async def test_a_retry_can_succeed_on_the_same_model() -> None:
+    flaky = RecordingModel(fn=reply, fail_times=1)
+    backup = RecordingModel(fn=reply)
+    om = make_om([{"model": flaky, "max_retries": 1}, backup])
+    await run_until_observed(om)
+    assert len(flaky.calls) == 2 and backup.calls == []
+
+
+async def test_all_models_failing_is_a_failed_cycle_not_an_exception() -> None:
+    first, second = RecordingModel(fn=reply, fail_times=100), RecordingModel(fn=reply, fail_times=100)
+    om = make_om([first, second])
+    contexts = await run_until_observed(om)
+    assert not contexts[-1].aborted
+    failed = [e for e in contexts[-1].events if e.type == "data-om-observation-failed"]
+    assert failed and "provider exploded" in failed[0].data.error  # type: ignore[attr-defined]
+    assert first.calls and second.calls
+
+
+# ------------------------------------------------------------------ settings reach the call
+
+
+def call_settings(call: dict[str, Any]) -> dict[str, Any]:
+    """Settings may arrive as bound kwargs or as fields on a configured copy of the model."""
+    merged = {"temperature": call["temperature"], "max_tokens": call["max_tokens"]}
+    merged.update({k: v for k, v in call["kwargs"].items() if v is not None})
+    return merged
+
+
+async def test_model_settings_and_provider_options_reach_the_observer_call() -> None:
+    model = RecordingModel(fn=reply)
+    om = make_om(observation={"model": model, "model_settings": {"temperature": 0.7, "max_output_tokens": 1234},
+                              "provider_options": {"top_k": 5}},
+                 reflection={"model_settings": {"temperature": 0.1, "max_output_tokens": 777}})
+    await run_until_observed(om)
+    await om.areflect("t1")
+    observer_call, reflector_call = model.calls[0], model.calls[-1]
+    obs = call_settings(observer_call)
+    assert obs["temperature"] == 0.7 and obs["max_tokens"] == 1234 and obs["top_k"] == 5
+    ref = call_settings(reflector_call)
+    assert ref["temperature"] == 0.1 and ref["max_tokens"] == 777 and "top_k" not in ref
+
+
+async def test_role_default_temperatures_without_settings() -> None:
+    model = RecordingModel(fn=reply)
+    om = make_om(model)
+    await run_until_observed(om)
+    await om.areflect("t1")
+    assert call_settings(model.calls[0])["temperature"] == 0.3
+    assert call_settings(model.calls[-1])["temperature"] == 0.0
+    # a custom model gets no default max output
+    assert call_settings(model.calls[0])["max_tokens"] is None
