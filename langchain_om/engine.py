@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -93,6 +93,18 @@ logger = logging.getLogger("langchain_om")
 SectionProvider = Callable[["ObservationalMemory", OMRecord, str, str], Awaitable[str | None]]
 _MESSAGE_CACHE_PER_THREAD = 512
 _MAX_COMMIT_RETRIES = 5
+Phase = Literal["activate", "observe", "reflect"]
+PHASES: tuple[Phase, ...] = ("activate", "observe", "reflect")
+
+
+def _check_phases(phases: Collection[str] | None) -> frozenset[str]:
+    if phases is None:
+        return frozenset(PHASES)
+    chosen = frozenset(phases)
+    unknown = chosen - set(PHASES)
+    if unknown or not chosen:
+        raise ValueError(f"phases: expected a non-empty subset of {PHASES}, got {sorted(phases)!r}")
+    return chosen
 
 
 class OMAborted(RuntimeError):
@@ -331,9 +343,16 @@ class ObservationalMemory:
         config: RunnableConfig | None = None,
         current_model: str | None = None,
         now: datetime | None = None,
+        phases: Collection[Phase] | None = None,
     ) -> OMContext:
-        """Store new messages, run whatever the thresholds call for, return the model's context."""
+        """Store new messages, run whatever the thresholds call for, return the model's context.
+
+        ``phases`` (default: all) limits the threshold work to some of ``"activate"``, ``"observe"``,
+        ``"reflect"``, so graph nodes can run one phase each. The call that includes ``"reflect"``
+        closes the agent step: only it emits ``data-om-status`` and starts background buffering.
+        """
         check_id(thread_id, "thread_id")
+        run = _check_phases(phases)
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
         moment = now or self._clock()
@@ -348,16 +367,19 @@ class ObservationalMemory:
             window_before = await self._window(record, resource, thread_id)
             if self.config.enabled:
                 try:
-                    record = await self._run_thresholds(step, record)
+                    record = await self._run_thresholds(step, record, run)
                 except OMAborted as exc:
                     aborted = str(exc)
                     record = await self._load_record(resource, thread_id)
             window = await self._window(record, resource, thread_id)
-            self._step_numbers[key] = self._step_numbers.get(key, 0) + 1
-            status = self._status(record, window, thread_id, self._step_numbers[key])
-            step.events.insert(0, StatusEvent(data=status))
+            closes_step = "reflect" in run
+            if closes_step:
+                self._step_numbers[key] = self._step_numbers.get(key, 0) + 1
+            status = self._status(record, window, thread_id, self._step_numbers.get(key, 0))
+            if closes_step:
+                step.events.insert(0, StatusEvent(data=status))
             context = await self._build_context(record, window, resource, thread_id)
-            if self.config.enabled:
+            if self.config.enabled and closes_step:
                 self._schedule_background(step, record, window)
         remaining = {m.id for m in window}
         observed_ids = [m.id for m in window_before if m.id not in remaining]
@@ -372,12 +394,14 @@ class ObservationalMemory:
         """Sync twin of ``aprocess`` (runs on OM's private loop so background buffering survives)."""
         return self._loop.run(self.aprocess(thread_id, messages, **kwargs))
 
-    async def _run_thresholds(self, step: _StepState, record: OMRecord) -> OMRecord:
+    async def _run_thresholds(
+        self, step: _StepState, record: OMRecord, phases: frozenset[str] = frozenset(PHASES)
+    ) -> OMRecord:
         cfg = self.config
         obs = cfg.observation
         window = await self._window(record, step.resource_id, step.thread_id)
         tokens = sum(m.tokens for m in window)
-        if cfg.buffering_enabled:
+        if cfg.buffering_enabled and "activate" in phases:
             record = await self._maybe_activate(step, record, window, tokens)
             window = await self._window(record, step.resource_id, step.thread_id)
             tokens = sum(m.tokens for m in window)
@@ -386,9 +410,10 @@ class ObservationalMemory:
         must_block = tokens > limit and (
             not cfg.buffering_enabled or tokens > obs.block_after_tokens() or failed_before
         )
-        if must_block:
+        if must_block and "observe" in phases:
             record = await self._observe_sync(step, record, window, trigger="turn-sync")
-        record = await self._maybe_reflect(step, record, window)
+        if "reflect" in phases:
+            record = await self._maybe_reflect(step, record, window)
         return record
 
     def _message_limit(self, record: OMRecord) -> int:
@@ -1161,6 +1186,28 @@ class ObservationalMemory:
 
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self._loop.run(self.aget_record(thread_id, **kwargs))
+
+    async def adelete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
+        """Forget a thread: wait for its background work, delete its messages and thread-scope
+        record from the store, and drop OM's in-process caches so new messages start fresh."""
+        resource = self._resource_for(thread_id, resource_id)
+        await self._ensure_setup()
+        key = record_key(resource, self._record_thread(thread_id))
+        await self._tasks.wait(key)
+        async with self._lock(key):
+            await self.store.adelete_thread(resource, thread_id)
+            cache_key = record_key(resource, thread_id)
+            self._known_ids.pop(cache_key, None)
+            self._message_cache.pop(cache_key, None)
+            self._pending_events.pop(key, None)
+            self._step_numbers.pop(key, None)
+
+    def delete_thread(self, thread_id: str, **kwargs: Any) -> None:
+        self._loop.run(self.adelete_thread(thread_id, **kwargs))
+
+    def on_turn_end(self, thread_id: str, messages: Sequence[BaseMessage] = (), **kwargs: Any) -> None:
+        """Sync twin of ``aon_turn_end``."""
+        self._loop.run(self.aon_turn_end(thread_id, messages, **kwargs))
 
     async def astatus(self, thread_id: str, *, resource_id: str | None = None) -> StatusData:
         """The ``data-om-status`` payload for a thread, without running a step."""

@@ -1,0 +1,378 @@
+"""LangGraph integration (issue 3, items 1, 2, 8): real graphs, real checkpointers, 60-turn runs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypedDict
+
+import pytest
+from conftest import drop_pg_schema, require_pg_dsn, unique_schema
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode
+
+from langchain_om.context import OM_CONTEXT_MESSAGE_ID
+from langchain_om.engine import ObservationalMemory
+from langchain_om.graph import OM_NODES, add_observational_memory, ids_from_config, om_pre_model_hook, om_tools
+from langchain_om.store.base import OMStore
+from langchain_om.store.memory import InMemoryStore
+from langchain_om.store.postgres import PostgresStore
+from langchain_om.store.sqlite import SQLiteStore
+from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
+
+MESSAGE_TOKENS = 600
+OBSERVATION_TOKENS = 900
+TURNS = 60
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def make_om(store: OMStore, **overrides: Any) -> ObservationalMemory:
+    options: dict[str, Any] = {
+        "model": ScriptedObserverModel(),
+        "observation": {"message_tokens": MESSAGE_TOKENS},
+        "reflection": {"observation_tokens": OBSERVATION_TOKENS},
+        "token_counter": "estimator",
+    }
+    options.update(overrides)
+    return ObservationalMemory(store, **options)
+
+
+def user_turn(i: int) -> HumanMessage:
+    return HumanMessage(f"Turn {i}: I prefer option {i} and my budget is {i * 10} dollars. " + "context " * 25)
+
+
+class Recorder:
+    """The model node: records exactly what it was given, answers with the scripted agent model."""
+
+    def __init__(self, model: Any = None) -> None:
+        self.model = model or ScriptedAgentModel()
+        self.seen: list[list[BaseMessage]] = []
+
+    async def anode(self, state: State) -> dict[str, Any]:
+        self.seen.append(list(state["messages"]))
+        return {"messages": [await self.model.ainvoke(state["messages"])]}
+
+    def node(self, state: State) -> dict[str, Any]:
+        self.seen.append(list(state["messages"]))
+        return {"messages": [self.model.invoke(state["messages"])]}
+
+
+def build(om: ObservationalMemory, recorder: Recorder, *, sync: bool = False) -> StateGraph[Any, Any, Any, Any]:
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", recorder.node if sync else recorder.anode)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return add_observational_memory(builder, om)
+
+
+async def expected_context_ids(om: ObservationalMemory, thread_id: str) -> list[str]:
+    """What the model must see: OM system message (once observed) + pinned human + unobserved."""
+    record = await om.aget_record(thread_id)
+    window = await om.store.aget_messages(thread_id, thread_id, after_seq=record.last_observed_seq.get(thread_id, 0))
+    ids = [m.id for m in window]
+    pinned = record.metadata.get("pinned_message_id")
+    if isinstance(pinned, str) and not any(m.data.get("type") == "human" for m in window):
+        ids.insert(0, pinned)
+    return ([OM_CONTEXT_MESSAGE_ID] if record.groups else []) + ids
+
+
+def check_run(om: ObservationalMemory, recorder: Recorder, record_groups: int, generation: int) -> None:
+    """Assertions shared by every 60-turn run."""
+    assert len(recorder.seen) >= TURNS
+    assert record_groups >= 1 and generation >= 1, "both thresholds were crossed (observed and reflected)"
+    for index, seen in enumerate(recorder.seen):
+        assert seen[-1].type == "human", f"turn {index}: the newest human message reached the model"
+        system = [i for i, m in enumerate(seen) if m.type == "system"]
+        assert system in ([], [0]), f"turn {index}: one OM system message, first"
+        assert len(seen) < 2 * TURNS // 3, f"turn {index}: state stays bounded"
+    later = recorder.seen[-1]
+    assert later[0].id == OM_CONTEXT_MESSAGE_ID
+    assert "<observations>" in str(later[0].content)
+
+
+# --------------------------------------------------------------------------- async, 3 checkpointers
+
+
+@asynccontextmanager
+async def async_saver(kind: str, tmp_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    if kind == "memory":
+        yield InMemorySaver()
+    elif kind == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
+            yield saver
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        dsn = require_pg_dsn()
+        async with AsyncPostgresSaver.from_conn_string(dsn) as saver:
+            await saver.setup()
+            yield saver
+
+
+CHECKPOINTERS = [
+    pytest.param("memory", id="inmemory-saver"),
+    pytest.param("sqlite", id="sqlite-saver"),
+    pytest.param("postgres", id="postgres-saver", marks=pytest.mark.postgres),
+]
+
+
+@pytest.mark.parametrize("saver_kind", CHECKPOINTERS)
+async def test_async_graph_60_turns_every_checkpointer(saver_kind: str, store: OMStore, tmp_path: Path) -> None:
+    om = make_om(store)
+    recorder = Recorder()
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    config: RunnableConfig = {"configurable": {"thread_id": thread}}
+    mismatches: list[tuple[int, list[str | None], list[str]]] = []
+    async with async_saver(saver_kind, tmp_path) as saver:
+        graph = build(om, recorder).compile(checkpointer=saver)
+        for i in range(TURNS):
+            await graph.ainvoke({"messages": [user_turn(i)]}, config)
+            expected = await expected_context_ids(om, thread)
+            seen_ids = [m.id for m in recorder.seen[-1]]
+            if seen_ids != expected:
+                mismatches.append((i, seen_ids, expected))
+            await om.await_background()
+        record = await om.aget_record(thread)
+        assert not mismatches, f"model context differs from OM's context: {mismatches[:2]}"
+        check_run(om, recorder, len(record.groups), record.generation_count)
+        # the checkpointed state is exactly the context plus the model's reply
+        state = await graph.aget_state(config)
+        assert [m.id for m in state.values["messages"][:-1]] == [m.id for m in recorder.seen[-1]]
+        assert isinstance(state.values["messages"][-1], AIMessage)
+        # raw messages are all still in the store (the last reply is stored by the next step)
+        assert len(await store.aget_messages(thread, thread)) == 2 * TURNS - 1
+        # the system message shows the stored log
+        assert record.groups[-1].text.strip()[:60] in str(recorder.seen[-1][0].content)
+
+        # resume: a new OM object and a new graph over the same store and checkpointer
+        before = recorder.seen[-1]
+        om2 = make_om(store)
+        recorder2 = Recorder()
+        graph2 = build(om2, recorder2).compile(checkpointer=saver)
+        await graph2.ainvoke({"messages": [HumanMessage("What did I tell you about my budget?")]}, config)
+        resumed = recorder2.seen[0]
+        assert resumed[0].id == OM_CONTEXT_MESSAGE_ID
+        record2 = await om2.aget_record(thread)
+        if record2.version == record.version:  # nothing new was observed: identical context
+            assert resumed[0].content == before[0].content
+            assert [m.id for m in resumed[1:-1]] == [m.id for m in state.values["messages"][1:]]
+        assert resumed[-1].content == "What did I tell you about my budget?"
+        assert [m.id for m in resumed] == await expected_context_ids(om2, thread)
+        await om2.await_background()
+    await om.await_background()
+
+
+# --------------------------------------------------------------------------- sync, 3 checkpointers
+
+
+@contextmanager
+def sync_setup(kind: str, tmp_path: Path) -> Iterator[tuple[BaseCheckpointSaver[Any], OMStore]]:
+    """A sync checkpointer and a not-yet-opened OM store of the same backend (OM opens it on its loop)."""
+    if kind == "memory":
+        yield InMemorySaver(), InMemoryStore()
+    elif kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
+            yield saver, SQLiteStore(tmp_path / "om.db")
+    else:
+        import asyncio
+
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        dsn = require_pg_dsn()
+        schema = unique_schema()
+        try:
+            with PostgresSaver.from_conn_string(dsn) as saver:
+                saver.setup()
+                yield saver, PostgresStore(dsn, schema=schema)
+        finally:
+            asyncio.run(drop_pg_schema(dsn, schema))
+
+
+@pytest.mark.parametrize("saver_kind", CHECKPOINTERS)
+def test_sync_graph_60_turns_every_checkpointer(saver_kind: str, tmp_path: Path) -> None:
+    with sync_setup(saver_kind, tmp_path) as (saver, store):
+        om = make_om(store)
+        try:
+            recorder = Recorder()
+            graph = build(om, recorder, sync=True).compile(checkpointer=saver)
+            config: RunnableConfig = {"configurable": {"thread_id": "sync-thread", "user_id": "u1"}}
+            for i in range(TURNS):
+                graph.invoke({"messages": [user_turn(i)]}, config)
+            record = om.get_record("sync-thread", resource_id="u1")
+            check_run(om, recorder, len(record.groups), record.generation_count)
+            state = graph.get_state(config)
+            assert [m.id for m in state.values["messages"][:-1]] == [m.id for m in recorder.seen[-1]]
+            # user_id was taken as the resource: the thread is stored under u1
+            threads = om._loop.run(om.store.alist_threads("u1"))
+            assert [t.thread_id for t in threads] == ["sync-thread"]
+            # resume with a fresh graph over the same checkpointer
+            recorder2 = Recorder()
+            graph2 = build(om, recorder2, sync=True).compile(checkpointer=saver)
+            graph2.invoke({"messages": [HumanMessage("and now?")]}, config)
+            assert recorder2.seen[0][0].id == OM_CONTEXT_MESSAGE_ID
+            assert [m.id for m in recorder2.seen[0][1:-1]] == [m.id for m in state.values["messages"][1:]] or \
+                om.get_record("sync-thread", resource_id="u1").version != record.version
+        finally:
+            om.close()
+
+
+# --------------------------------------------------------------------------- wiring
+
+
+@tool
+def lookup_price(item: str) -> str:
+    """Look up the price of an item."""
+    return f"{item} costs 42 dollars"
+
+
+async def test_tool_loop_and_conditional_edges_are_rewired(store: OMStore) -> None:
+    om = make_om(store)
+    model = ScriptedAgentModel(tool_calls_on={i: ("lookup_price", {"item": f"thing{i}"}) for i in range(0, 200, 7)})
+    recorder = Recorder(model)
+
+    def route(state: State) -> Literal["tools", "__end__"]:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", recorder.anode)
+    builder.add_node("tools", ToolNode([lookup_price]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, {"tools": "tools", "__end__": END})
+    builder.add_edge("tools", "agent")
+    add_observational_memory(builder, om)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    edges = {(e.source, e.target) for e in graph.get_graph().edges}
+    assert ("__start__", "om_activator") in edges and ("tools", "om_activator") in edges
+    assert ("om_activator", "om_observer") in edges and ("om_observer", "om_reflector") in edges
+    assert ("om_reflector", "agent") in edges
+    assert ("__start__", "agent") not in edges and ("tools", "agent") not in edges
+
+    config: RunnableConfig = {"configurable": {"thread_id": "tools-thread"}}
+    for i in range(TURNS):
+        await graph.ainvoke({"messages": [user_turn(i)]}, config)
+        await om.await_background()
+    tool_steps = [seen for seen in recorder.seen if seen[-1].type == "tool"]
+    assert tool_steps, "the tool loop ran"
+    record = await om.aget_record("tools-thread")
+    assert record.groups and record.generation_count >= 1
+    for seen in recorder.seen:
+        # every tool result reaches the model together with the call that asked for it
+        call_ids = {c["id"] for m in seen if isinstance(m, AIMessage) for c in m.tool_calls}
+        for m in seen:
+            if isinstance(m, ToolMessage):
+                assert m.tool_call_id in call_ids
+        assert any(m.type == "human" for m in seen), "the newest human turn is always visible"
+    # OM ran before every model call: one status per model call
+    assert len(recorder.seen) > TURNS
+
+
+async def test_router_without_path_map_is_wrapped(store: OMStore) -> None:
+    om = make_om(store)
+    recorder = Recorder()
+    calls: list[str] = []
+
+    def pick(state: State) -> str:
+        calls.append("pick")
+        return "agent"
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("prep", lambda state: {})
+    builder.add_node("agent", recorder.anode)
+    builder.add_edge(START, "prep")
+    builder.add_conditional_edges("prep", pick)
+    builder.add_edge("agent", END)
+    add_observational_memory(builder, om)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "router"}}
+    for i in range(30):
+        await graph.ainvoke({"messages": [user_turn(i)]}, config)
+    record = await om.aget_record("router")
+    assert calls and len(recorder.seen) == 30
+    assert record.groups, "OM ran although the router returned 'agent' itself"
+    assert recorder.seen[-1][0].id == OM_CONTEXT_MESSAGE_ID
+
+
+def test_bad_input_names_the_field() -> None:
+    om = make_om(InMemoryStore())
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("model", lambda s: {})
+    with pytest.raises(ValueError, match="before"):
+        add_observational_memory(builder, om)
+    with pytest.raises(ValueError, match="messages_key"):
+        add_observational_memory(builder, om, before="model", messages_key="history")
+    add_observational_memory(builder, om, before="model")
+    assert set(OM_NODES) <= set(builder.nodes)
+    with pytest.raises(ValueError, match="OM nodes"):
+        add_observational_memory(builder, om, before="model")
+    with pytest.raises(ValueError, match="thread_id"):
+        ids_from_config({"configurable": {}})
+    assert ids_from_config({"configurable": {"thread_id": "t", "user_id": "u"}}) == ("t", "u")
+    assert ids_from_config({"configurable": {"thread_id": "t", "user_id": "u", "resource_id": "r"}}) == ("t", "r")
+    om.close()
+
+
+async def test_missing_thread_id_fails_clearly(store: OMStore) -> None:
+    om = make_om(store)
+    graph = build(om, Recorder()).compile()
+    with pytest.raises(ValueError, match=r"configurable.*thread_id"):
+        await graph.ainvoke({"messages": [HumanMessage("hi")]})
+
+
+# --------------------------------------------------------------------------- create_react_agent
+
+
+async def test_pre_model_hook_keeps_history_and_bounds_model_input(store: OMStore) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+        om = make_om(store)
+        model = ScriptedAgentModel()
+        agent = create_react_agent(model, [lookup_price], pre_model_hook=om_pre_model_hook(om),
+                                   checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "react"}}
+    for i in range(TURNS):
+        await agent.ainvoke({"messages": [user_turn(i)]}, config)
+        await om.await_background()
+    state = await agent.aget_state(config)
+    assert len(state.values["messages"]) == 2 * TURNS, "stored history left intact"
+    assert not any(m.id == OM_CONTEXT_MESSAGE_ID for m in state.values["messages"])
+    last_input = model.calls[-1]
+    assert last_input[0].id == OM_CONTEXT_MESSAGE_ID
+    assert len(last_input) < 2 * TURNS // 3
+    assert last_input[-1].content == state.values["messages"][-2].content
+    record = await om.aget_record("react")
+    assert record.groups and record.generation_count >= 1
+
+
+def test_om_tools_empty_without_retrieval() -> None:
+    om = make_om(InMemoryStore())
+    assert om_tools(om) == []
+    om.close()
+
+
+async def test_recall_tool_binds_into_a_tool_node(store: OMStore) -> None:
+    pytest.importorskip("langchain_om.recall", reason="langchain_om.recall not written yet")
+    om = make_om(store, retrieval=True)
+    tools = om_tools(om)
+    assert [t.name for t in tools] == ["recall"]
+    node = ToolNode(tools)
+    assert "recall" in node.tools_by_name
