@@ -27,7 +27,6 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
-from .callbacks import dispatch_events_sync
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMContext, Phase
 
@@ -127,9 +126,8 @@ def _phase_node(om: ObservationalMemory, name: str, messages_key: str) -> Runnab
     def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
-        # OM's sync twin runs on its private loop; events are dispatched here, in the run's thread
-        context = om.process(thread_id, messages, resource_id=resource_id, config=None, phases=(phase,))
-        dispatch_events_sync(context.events, config)
+        # OM's sync twin runs on its private loop and dispatches the events with this run's config
+        context = om.process(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,))
         return finish(messages, context)
 
     return RunnableLambda(run, afunc=arun, name=name)
@@ -226,8 +224,7 @@ def om_pre_model_hook(om: ObservationalMemory, *, messages_key: str = "messages"
     def hook(state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
-        context = om.process(thread_id, messages, resource_id=resource_id, config=None)
-        dispatch_events_sync(context.events, config)
+        context = om.process(thread_id, messages, resource_id=resource_id, config=config)
         return {"llm_input_messages": context.to_messages()}
 
     return RunnableLambda(hook, afunc=ahook, name="om_pre_model_hook")

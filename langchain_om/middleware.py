@@ -1,0 +1,166 @@
+"""``ObservationalMemoryMiddleware``: OM for ``langchain.agents.create_agent`` (LangChain v1).
+
+The context is built in ``wrap_model_call`` / ``awrap_model_call`` and handed to the model
+through ``request.override(messages=..., system_message=...)``: it reaches the model
+without being written into checkpointed state, so the agent's state keeps the raw
+conversation and OM keeps its own bounded view in its store.
+
+System prompt order: the user's own system prompt first, then OM's context. The user's
+prompt never changes between steps and OM's observation log changes only when
+observations change (its hints come last), so this order gives the longest prefix that
+stays byte-identical across steps, which is what provider prompt caches reuse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.runtime import Runtime
+
+from .context import OM_CONTEXT_MESSAGE_ID
+from .engine import ObservationalMemory, OMContext
+from .graph import ids_from_config, om_tools
+
+logger = logging.getLogger("langchain_om.middleware")
+
+TRIPWIRE_KEY = "om_tripwire"
+"""``response_metadata`` key of the empty AI message returned when OM trips (no model call)."""
+
+
+def _run_config() -> RunnableConfig:
+    from langgraph.config import get_config
+
+    try:
+        return get_config()
+    except RuntimeError as exc:
+        raise RuntimeError("ObservationalMemoryMiddleware must run inside a create_agent graph") from exc
+
+
+def model_id(model: Any) -> str | None:
+    """``provider/model`` of a chat model, as OM's provider-change activation compares it."""
+    if not isinstance(model, BaseChatModel):
+        bound = getattr(model, "bound", None)
+        if isinstance(bound, BaseChatModel):
+            model = bound
+        else:
+            return None
+    try:
+        params = model._get_ls_params()
+    except Exception:
+        return None
+    name = params.get("ls_model_name")
+    provider = params.get("ls_provider")
+    if not name:
+        return None
+    return f"{provider}/{name}" if provider else str(name)
+
+
+def merge_system_messages(user: SystemMessage | None, om: SystemMessage | None) -> SystemMessage | None:
+    """One system message: the user's prompt first, then OM's context (see the module docstring)."""
+    if om is None:
+        return user
+    if user is None:
+        return om
+    if isinstance(user.content, str) and isinstance(om.content, str):
+        content: Any = f"{user.content}\n\n{om.content}"
+    else:
+        blocks: list[Any] = []
+        for part in (user.content, om.content):
+            if isinstance(part, str):
+                blocks.append({"type": "text", "text": part})
+            else:
+                blocks.extend(part)
+        content = blocks
+    return SystemMessage(content=content, id=OM_CONTEXT_MESSAGE_ID, additional_kwargs=dict(user.additional_kwargs))
+
+
+def tripwire_message(reason: str) -> AIMessage:
+    return AIMessage(content="", response_metadata={TRIPWIRE_KEY: reason})
+
+
+class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Observational Memory as ``create_agent`` middleware.
+
+    ``agent = create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(om)],
+    checkpointer=...)``; invoke with ``config={"configurable": {"thread_id": ...,
+    "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``). Each model call
+    is one OM step: exactly one ``data-om-status`` event precedes it. When retrieval is on,
+    the middleware contributes the ``recall`` tool. Sync (``invoke``) and async
+    (``ainvoke``/``astream``) agents both work; the sync path uses OM's own loop thread, so
+    don't run a sync agent from inside a running event loop's thread.
+    """
+
+    def __init__(self, om: ObservationalMemory) -> None:
+        if not isinstance(om, ObservationalMemory):
+            raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
+        self.om = om
+        self.tools: Sequence[BaseTool] = self._recall_tools()
+
+    def _recall_tools(self) -> list[BaseTool]:
+        if self.om.config.retrieval is None:
+            return []
+        return om_tools(self.om)
+
+    @property
+    def name(self) -> str:
+        return "ObservationalMemoryMiddleware"
+
+    def _request(self, request: ModelRequest[Any], context: OMContext) -> ModelRequest[Any]:
+        system = merge_system_messages(request.system_message, context.system_message)
+        return request.override(messages=cast("list[AnyMessage]", list(context.messages)), system_message=system)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage:
+        config = _run_config()
+        thread_id, resource_id = ids_from_config(config)
+        context = await self.om.aprocess(
+            thread_id, _plain(request.messages), resource_id=resource_id, config=config,
+            current_model=model_id(request.model),
+        )
+        if context.aborted:
+            return tripwire_message(context.aborted)
+        return await handler(self._request(request, context))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage:
+        config = _run_config()
+        thread_id, resource_id = ids_from_config(config)
+        context = self.om.process(
+            thread_id, _plain(request.messages), resource_id=resource_id, config=config,
+            current_model=model_id(request.model),
+        )
+        if context.aborted:
+            return tripwire_message(context.aborted)
+        return handler(self._request(request, context))
+
+    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        thread_id, resource_id = ids_from_config(_run_config())
+        await self.om.aon_turn_end(thread_id, _plain(state["messages"]), resource_id=resource_id)
+        return None
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        thread_id, resource_id = ids_from_config(_run_config())
+        self.om.on_turn_end(thread_id, _plain(state["messages"]), resource_id=resource_id)
+        return None
+
+
+def _plain(messages: Sequence[Any]) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for message in messages:
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"messages: expected BaseMessage objects, got {type(message).__name__}")
+        out.append(message)
+    return out
