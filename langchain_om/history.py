@@ -1,0 +1,64 @@
+"""``ObservationalChatMessageHistory``: a ``BaseChatMessageHistory`` backed by OM.
+
+Drop it in wherever LangChain expects a chat history (``RunnableWithMessageHistory``):
+added messages are stored through the engine, and reading ``messages`` runs one OM step
+and returns the bounded context (the OM system message, then the unobserved messages)
+instead of the whole conversation. The raw messages stay in the store for recall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage
+
+from .engine import ObservationalMemory
+from .store.base import check_id
+
+
+class ObservationalChatMessageHistory(BaseChatMessageHistory):
+    """Chat history of one thread, seen through Observational Memory.
+
+    ``messages`` / ``aget_messages()`` run an OM step (observing or reflecting if the
+    thresholds say so) and return the context to send to the model. ``clear()`` deletes
+    the thread's messages and its record. Messages added without an id get one (on a copy;
+    the caller's objects are not modified).
+    """
+
+    def __init__(self, om: ObservationalMemory, thread_id: str, resource_id: str | None = None) -> None:
+        if not isinstance(om, ObservationalMemory):
+            raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
+        self.om = om
+        self.thread_id = check_id(thread_id, "thread_id")
+        self.resource_id = check_id(resource_id, "resource_id") if resource_id is not None else None
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        context = self.om.process(self.thread_id, [], resource_id=self.resource_id)
+        return context.to_messages()
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        context = await self.om.aprocess(self.thread_id, [], resource_id=self.resource_id)
+        return context.to_messages()
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        self.om.on_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await self.om.aon_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id)
+
+    def clear(self) -> None:
+        self.om.delete_thread(self.thread_id, resource_id=self.resource_id)
+
+    async def aclear(self) -> None:
+        await self.om.adelete_thread(self.thread_id, resource_id=self.resource_id)
+
+
+def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"messages[{index}]: expected a BaseMessage, got {type(message).__name__}")
+        out.append(message.model_copy(deep=True))
+    return out
