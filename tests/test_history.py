@@ -21,6 +21,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
@@ -52,8 +53,8 @@ def every_kind() -> list[BaseMessage]:
                   usage_metadata={"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}),
         ToolMessage("18°C and sunny", tool_call_id="call_1", name="weather", artifact={"raw": [18, "sun"]}),
         AIMessage([{"type": "text", "text": "It is 18°C and sunny."}]),
-        ChatMessage("custom role text", role="critic"),
-        FunctionMessage("legacy function result", name="legacy"),
+        ChatMessage(content="custom role text", role="critic"),
+        FunctionMessage(content="legacy function result", name="legacy"),
         HumanMessage([{"type": "text", "text": "thanks"}, {"type": "text", "text": "bye"}]),
     ]
 
@@ -178,7 +179,7 @@ async def test_runnable_with_message_history_60_turns(store: OMStore) -> None:
 
     chain = RunnableWithMessageHistory(prompt | model, get_history, input_messages_key="question",
                                        history_messages_key="history")
-    config = {"configurable": {"session_id": "s1"}}
+    config: RunnableConfig = {"configurable": {"session_id": "s1"}}
     for i in range(60):
         answer = await chain.ainvoke({"question": f"Turn {i}: I like colour {i}. " + "more " * 25}, config)
         assert isinstance(answer, AIMessage)
