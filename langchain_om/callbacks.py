@@ -255,9 +255,11 @@ class OMConsoleHandler(BaseCallbackHandler):
 
     def render(self) -> Any:
         """The rich renderable of the current state (a panel with two bars, buffers and the log)."""
+        from rich.console import Group
         from rich.panel import Panel
         from rich.progress_bar import ProgressBar
         from rich.table import Table
+        from rich.text import Text
 
         table = Table.grid(padding=(0, 1))
         table.add_column(justify="right", no_wrap=True)
@@ -277,11 +279,10 @@ class OMConsoleHandler(BaseCallbackHandler):
             table.add_row("reflection", buffered.reflection.status,
                           f"{buffered.reflection.input_observation_tokens} → "
                           f"{buffered.reflection.observation_tokens}")
-        for line in self.log:
-            table.add_row("", line, "")
         title = "Observational Memory" if status is None else (
             f"Observational Memory · step {status.step_number} · generation {status.generation_count}")
-        return Panel(table, title=title, expand=False)
+        log = [Text(line, no_wrap=True, overflow="ellipsis") for line in self.log]
+        return Panel(Group(table, *log), title=title, expand=False)
 
     def _refresh(self) -> None:
         from rich.live import Live
