@@ -1,0 +1,31 @@
+"""The quickstart notebook runs top to bottom (issue 3, item 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+
+
+def test_quickstart_notebook_executes(tmp_path: Path) -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+    outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.get("outputs", [])]
+    errors = [out for out in outputs if out.get("output_type") == "error"]
+    assert not errors
+    text = "".join(out.get("text", "") for out in outputs if out.get("output_type") == "stream")
+    assert "observation groups:" in text, "the run summary was printed"
+    assert "<observations>" in text and "Date:" in text, "the observation log was shown"
+    assert "data-om-status': 60" in text, "one status event per turn"
+    images = [out for out in outputs if "image/png" in out.get("data", {})]
+    assert len(images) == 1, "the windows plot was drawn inline"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__])
