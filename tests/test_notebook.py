@@ -12,7 +12,7 @@ NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ip
 
 
 def test_quickstart_notebook_executes(tmp_path: Path) -> None:
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    notebook = nbformat.read(NOTEBOOK, as_version=4)  # type: ignore[no-untyped-call]
     client = NotebookClient(notebook, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOK.parent)}})
     client.execute()  # raises CellExecutionError on the first failing cell
