@@ -91,6 +91,8 @@ from .tokens import TokenCounter, get_token_counter
 logger = logging.getLogger("langchain_om")
 
 SectionProvider = Callable[["ObservationalMemory", OMRecord, str, str], Awaitable[str | None]]
+MessageListener = Callable[["ObservationalMemory", str, str, list[StoredMessage]], Awaitable[None]]
+"""Called with ``(om, resource_id, thread_id, inserted_rows)`` after new messages are stored."""
 _MESSAGE_CACHE_PER_THREAD = 512
 _MAX_COMMIT_RETRIES = 5
 Phase = Literal["activate", "observe", "reflect"]
@@ -213,6 +215,11 @@ class ObservationalMemory:
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._step_numbers: dict[str, int] = {}
         self.section_providers: list[SectionProvider] = []
+        self.message_listeners: list[MessageListener] = []
+        if self.config.retrieval is not None:
+            from .recall import install_retrieval
+
+            install_retrieval(self)
         from .extractors import ExtractionPipeline
         from .working_memory import WorkingMemory
 
@@ -287,6 +294,8 @@ class ObservationalMemory:
                                    created_at=created))
         rows = await self._before_store(resource_id, thread_id, rows)
         inserted = await self.store.aappend_messages(resource_id, thread_id, rows)
+        for listener in self.message_listeners:
+            await listener(self, resource_id, thread_id, inserted)
         known.update(row.id for row in rows)
         by_id = {m.id: m for m in fresh if m.id}
         cache = self._message_cache.setdefault(cache_key, OrderedDict())
@@ -661,6 +670,13 @@ class ObservationalMemory:
             return list(await self.extraction_pipeline.ainline_specs(
                 source, record, memory=self, thread_id=step.thread_id, resource_id=step.resource_id))
         return []
+
+    def recall_tool(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
+        """The ``recall`` tool (needs ``retrieval``). Without ids it reads ``thread_id`` /
+        ``resource_id`` from ``config["configurable"]`` at call time, so one tool serves every thread."""
+        from .recall import make_recall_tool
+
+        return make_recall_tool(self, thread_id=thread_id, resource_id=resource_id)
 
     def working_memory_tools(self, *, thread_id: str | None = None, resource_id: str | None = None) -> list[Any]:
         """Extra tools for the main agent: ``update_working_memory`` when working memory is agent-managed.
