@@ -691,7 +691,7 @@ class ObservationalMemory:
         self, step: _StepState, record: OMRecord, batch: Mapping[str, Sequence[StoredMessage]], *, trigger: Trigger
     ) -> _CycleResult:
         spec = self.config.model_spec("observation")
-        supports_images = bool(model_supports_images(spec)) if spec is not None else True
+        supports_images = model_supports_images(spec) is not False  # unknown capability: forward (page)
         texts: list[str] = []
         attachments: list[Any] = []
         for thread_id, msgs in batch.items():
