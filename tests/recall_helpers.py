@@ -62,8 +62,8 @@ def make_om(store: OMStore, **kwargs: Any) -> ObservationalMemory:
 async def seed(om: ObservationalMemory, resource_id: str, threads: dict[str, Sequence[BaseMessage]]) -> None:
     """Store each thread's messages through the engine (no observation at these thresholds)."""
     for thread_id, messages in threads.items():
-        last = max((m.response_metadata.get(TIMESTAMP_KEY) for m in messages), default=None)
-        now = datetime.fromisoformat(str(last)) if last else T0
+        stamps = [str(m.response_metadata[TIMESTAMP_KEY]) for m in messages if TIMESTAMP_KEY in m.response_metadata]
+        now = max(datetime.fromisoformat(s) for s in stamps) if stamps else T0
         await om.aprocess(thread_id, list(messages), resource_id=resource_id, now=now)
 
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from recall_helpers import T0, stamped
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.observer import OBSERVER_PROMPT_MARKER
 from langchain_om.store import InMemoryStore
 from langchain_om.testing import ScriptedChatModel
-from tests.recall_helpers import T0, stamped
 
 OBSERVATION = """<observations>
 Date: 2026-12-01 (Tuesday)

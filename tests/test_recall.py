@@ -13,13 +13,13 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.unit_tests import ToolsUnitTests
+from recall_helpers import T0, chat, make_om, result_dict, seed, tool_exchange
 
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
 from langchain_om.recall import RecallInput, RecallTool, retrieval_instructions
 from langchain_om.store import InMemoryStore
 from langchain_om.testing import ScriptedObserverModel
-from tests.recall_helpers import T0, chat, make_om, result_dict, seed, tool_exchange
 
 
 class TestRecallToolStandard(ToolsUnitTests):

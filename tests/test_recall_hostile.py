@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from recall_helpers import T0, chat, make_om, seed, stamped
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.recall import RecallTool
 from langchain_om.store.base import OMStore
-from tests.recall_helpers import T0, chat, make_om, seed, stamped
 
 SECRET = "VICTIM-SECRET-7731"
 

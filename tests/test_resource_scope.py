@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
+from recall_helpers import T0, chat, tool_exchange
 
 from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory
@@ -18,7 +19,6 @@ from langchain_om.resource import split_by_thread
 from langchain_om.store import InMemoryStore
 from langchain_om.store.base import OMRecord
 from langchain_om.testing import ScriptedObserverModel
-from tests.recall_helpers import T0, chat, tool_exchange
 
 
 def observer_prompts(model: ScriptedObserverModel) -> list[str]:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from recall_helpers import T0, stamped
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.events import TemporalMarkerEvent
@@ -13,7 +14,6 @@ from langchain_om.observer import OBSERVER_PROMPT_MARKER
 from langchain_om.store import InMemoryStore
 from langchain_om.temporal import describe_gap, format_moment, marker_text
 from langchain_om.testing import ScriptedObserverModel
-from tests.recall_helpers import T0, stamped
 
 
 def om_with(**kwargs: Any) -> ObservationalMemory:
@@ -38,7 +38,8 @@ def markers(events: list[Any]) -> list[TemporalMarkerEvent]:
 def test_text_format() -> None:
     moment = datetime.fromisoformat("2026-12-02T14:05:00+00:00")
     assert format_moment(moment) == "Wed 2 Dec 2026 14:05 UTC"
-    assert marker_text(timedelta(hours=3, minutes=4), moment) == "<time-gap>3 hours later: Wed 2 Dec 2026 14:05 UTC</time-gap>"
+    expected = "<time-gap>3 hours later: Wed 2 Dec 2026 14:05 UTC</time-gap>"
+    assert marker_text(timedelta(hours=3, minutes=4), moment) == expected
     assert describe_gap(timedelta(minutes=1)) == "1 minute"
     assert describe_gap(timedelta(days=15)) == "2 weeks"
 
