@@ -189,6 +189,9 @@ def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
         raise InvalidStoreInput(field, f"must be at most {max_len} characters")
     if "\x00" in value:
         raise InvalidStoreInput(field, "must not contain NUL characters")
+    if "\x1f" in value:
+        # record_key joins ids with \x1f; allowing it would let two resources share a record key.
+        raise InvalidStoreInput(field, "must not contain the unit separator (\\x1f)")
     return value
 
 

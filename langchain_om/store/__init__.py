@@ -1,0 +1,63 @@
+"""Storage backends of Observational Memory and the contract they share.
+
+``default_store()`` is what ``ObservationalMemory(store=None)`` uses: an embedded SQLite
+file, so the package works with zero configuration. PostgreSQL is for several workers.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import (
+    SCHEMA_VERSION,
+    BufferedChunk,
+    BufferedReflection,
+    InvalidStoreInput,
+    MessageKind,
+    NewMessage,
+    ObservationGroup,
+    OMRecord,
+    OMStore,
+    RecordConflictError,
+    StoredMessage,
+    StoreError,
+    ThreadInfo,
+    check_id,
+    record_key,
+)
+from .memory import InMemoryStore
+from .postgres import PostgresStore
+from .sqlite import SQLiteStore
+
+DB_ENV = "LANGCHAIN_OM_DB"
+DEFAULT_DB_PATH = "./langchain_om.db"
+
+
+def default_store() -> SQLiteStore:
+    """The zero-configuration store: SQLite at ``$LANGCHAIN_OM_DB`` or ``./langchain_om.db``."""
+    return SQLiteStore(os.environ.get(DB_ENV) or DEFAULT_DB_PATH)
+
+
+__all__ = [
+    "DB_ENV",
+    "DEFAULT_DB_PATH",
+    "SCHEMA_VERSION",
+    "BufferedChunk",
+    "BufferedReflection",
+    "InMemoryStore",
+    "InvalidStoreInput",
+    "MessageKind",
+    "NewMessage",
+    "OMRecord",
+    "OMStore",
+    "ObservationGroup",
+    "PostgresStore",
+    "RecordConflictError",
+    "SQLiteStore",
+    "StoreError",
+    "StoredMessage",
+    "ThreadInfo",
+    "check_id",
+    "default_store",
+    "record_key",
+]

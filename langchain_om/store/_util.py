@@ -1,0 +1,204 @@
+"""Validation and encoding shared by the stores, so every backend rejects and returns the same things.
+
+The contract suite runs one set of tests against all backends; keeping argument checks,
+limits and datetime/JSON encoding in one place is what makes their behaviour identical.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from .base import InvalidStoreInput, NewMessage, OMRecord, check_id
+
+MAX_LIMIT = 1000
+"""Explicit limits above this are capped: a hostile or buggy caller cannot ask for the whole table."""
+
+MAX_SEQ = 2**62
+"""Sequence numbers and offsets are clamped here so they fit every backend's 64-bit integers."""
+
+MAX_TITLE_LEN = 10_000
+
+
+def check_ids(resource_id: Any, thread_id: Any) -> tuple[str, str]:
+    return check_id(resource_id, "resource_id"), check_id(thread_id, "thread_id")
+
+
+def _check_int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidStoreInput(field, f"must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise InvalidStoreInput(field, f"must not be negative, got {value}")
+    return value
+
+
+def check_limit(value: Any, field: str = "limit") -> int | None:
+    """``None`` means "no limit"; explicit limits are non-negative and capped at ``MAX_LIMIT``."""
+    if value is None:
+        return None
+    return min(_check_int(value, field), MAX_LIMIT)
+
+
+def check_count(value: Any, field: str) -> int:
+    """Offsets, sequence numbers, versions: non-negative integers, clamped to fit in 64 bits."""
+    return min(_check_int(value, field), MAX_SEQ)
+
+
+def check_optional_count(value: Any, field: str) -> int | None:
+    return None if value is None else check_count(value, field)
+
+
+def check_title(title: Any) -> str | None:
+    if title is None:
+        return None
+    if not isinstance(title, str):
+        raise InvalidStoreInput("title", f"must be a string, got {type(title).__name__}")
+    if "\x00" in title:
+        raise InvalidStoreInput("title", "must not contain NUL characters")
+    if len(title) > MAX_TITLE_LEN:
+        raise InvalidStoreInput("title", f"must be at most {MAX_TITLE_LEN} characters")
+    return title
+
+
+def check_metadata(metadata: Any) -> dict[str, Any] | None:
+    """Metadata must be a JSON object; it is returned as a JSON round-trip (a private copy)."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidStoreInput("metadata", f"must be a mapping, got {type(metadata).__name__}")
+    result = json_roundtrip(dict(metadata), "metadata")
+    assert isinstance(result, dict)
+    return result
+
+
+def check_datetime(value: Any, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidStoreInput(field, f"must be a datetime, got {type(value).__name__}")
+    return to_utc(value)
+
+
+def check_messages(messages: Any) -> list[NewMessage]:
+    """Accept NewMessage objects (or dicts of their fields); validate ids, tokens and JSON data."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidStoreInput("messages", "must be a sequence of NewMessage")
+    result: list[NewMessage] = []
+    for index, item in enumerate(messages):
+        field = f"messages[{index}]"
+        if not isinstance(item, NewMessage):
+            try:
+                item = NewMessage.model_validate(item)
+            except ValidationError as exc:
+                raise InvalidStoreInput(field, f"not a NewMessage: {exc.errors()[0].get('msg')}") from None
+        check_id(item.id, f"{field}.id")
+        _check_int(item.tokens, f"{field}.tokens")
+        data = json_roundtrip(item.data, f"{field}.data")
+        result.append(item.model_copy(update={"data": data, "created_at": to_utc(item.created_at)}))
+    return result
+
+
+def check_mark_observed(mark_observed: Any) -> dict[str, int]:
+    if mark_observed is None:
+        return {}
+    if not isinstance(mark_observed, Mapping):
+        raise InvalidStoreInput("mark_observed", "must map thread ids to sequence numbers")
+    return {
+        check_id(thread_id, "mark_observed"): check_count(seq, f"mark_observed[{thread_id!r}]")
+        for thread_id, seq in mark_observed.items()
+    }
+
+
+def check_record(record: Any, expected_version: Any) -> tuple[OMRecord, int]:
+    if not isinstance(record, OMRecord):
+        raise InvalidStoreInput("record", f"must be an OMRecord, got {type(record).__name__}")
+    check_id(record.resource_id, "record.resource_id")
+    if record.scope == "thread":
+        check_id(record.thread_id, "record.thread_id")
+    elif record.thread_id is not None:
+        check_id(record.thread_id, "record.thread_id")
+    version = check_count(expected_version, "expected_version")
+    return record, version
+
+
+def record_json(record: OMRecord) -> str:
+    """The record as ASCII JSON text (stdlib encoder, so odd strings like lone surrogates survive)."""
+    try:
+        plain = record.model_dump(mode="json")
+    except PydanticSerializationError as exc:
+        raise InvalidStoreInput("record", f"must be JSON-serialisable ({exc})") from None
+    return dumps(plain, "record")
+
+
+def record_from_json(text: str | bytes) -> OMRecord:
+    return OMRecord.model_validate(json.loads(text))
+
+
+def record_thread(record: OMRecord) -> str | None:
+    """The thread part of a record's key (None in resource scope)."""
+    return record.thread_id if record.scope == "thread" else None
+
+
+# ---- datetimes ------------------------------------------------------------------------------
+
+
+def to_utc(value: datetime) -> datetime:
+    """Naive datetimes are taken as UTC; everything is stored and returned in UTC."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def iso(value: datetime) -> str:
+    """Fixed-width ISO text (always with microseconds), so string order equals time order."""
+    return to_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+def from_iso(value: str) -> datetime:
+    return to_utc(datetime.fromisoformat(value))
+
+
+# ---- JSON -----------------------------------------------------------------------------------
+
+
+def dumps(value: Any, field: str) -> str:
+    """Strict JSON text (no NaN, no arbitrary objects); a bad value names the field."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidStoreInput(field, f"must be JSON-serialisable ({exc})") from None
+
+
+def json_roundtrip(value: Any, field: str) -> Any:
+    """What a JSON store would give back: validates the value and detaches it from the caller."""
+    return json.loads(dumps(value, field))
+
+
+_WRAP_KEY = "__langchain_om_b64__"
+# NUL and lone surrogates are legal in Python strings but rejected by PostgreSQL's jsonb.
+_JSONB_UNSAFE = re.compile(r"\\u0000|\\ud[89a-f]", re.IGNORECASE)
+
+
+def to_jsonb_safe(value: Any, field: str) -> Any:
+    """A value jsonb accepts; anything it would reject travels base64-wrapped and round-trips exactly."""
+    text = dumps(value, field)
+    if _JSONB_UNSAFE.search(text) or _is_wrapped(value):
+        return {_WRAP_KEY: base64.b64encode(text.encode("ascii")).decode("ascii")}
+    return value
+
+
+def from_jsonb_safe(value: Any) -> Any:
+    if _is_wrapped(value):
+        return json.loads(base64.b64decode(value[_WRAP_KEY]).decode("ascii"))
+    return value
+
+
+def _is_wrapped(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and _WRAP_KEY in value

@@ -1,0 +1,313 @@
+"""An in-process store for tests and notebooks.
+
+State lives in plain dicts behind one lock. Every value crosses the boundary as a copy
+(a JSON round-trip, like the real backends do), so a caller mutating a returned record or
+message can never change what is stored, and the memory store behaves like SQLite/PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from . import _util as u
+from .base import (
+    InvalidStoreInput,
+    NewMessage,
+    OMRecord,
+    RecordConflictError,
+    StoredMessage,
+    ThreadInfo,
+    check_id,
+    record_key,
+    utcnow,
+)
+
+
+class InMemoryStore:
+    """``OMStore`` kept in process memory; lost when the process exits.
+
+    The critical sections never await, so a ``threading.Lock`` gives the same exclusion
+    between asyncio tasks as an ``asyncio.Lock`` would, and additionally stays correct when
+    the store is shared across event loops or threads (the sync twins run a private loop).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: dict[str, ThreadInfo] = {}
+        self._thread_order: dict[str, int] = {}
+        self._messages: dict[str, list[StoredMessage]] = {}
+        self._records: dict[str, str] = {}
+        self._kv: dict[tuple[str, str, str], str] = {}
+        self._counter = itertools.count(1)
+
+    async def asetup(self) -> None:
+        """Nothing to create; present for the protocol."""
+
+    async def aclose(self) -> None:
+        """Nothing to release; the data stays until the object is dropped."""
+
+    # ---- threads ------------------------------------------------------------------------
+
+    def _owned(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        thread = self._threads.get(thread_id)
+        return thread if thread is not None and thread.resource_id == resource_id else None
+
+    def _claim(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        """The caller's thread, None if free; raises if another resource owns the id."""
+        thread = self._threads.get(thread_id)
+        if thread is not None and thread.resource_id != resource_id:
+            raise InvalidStoreInput("thread_id", "is not available")
+        return thread
+
+    def _create(
+        self, resource_id: str, thread_id: str, title: str | None, metadata: dict[str, Any] | None
+    ) -> ThreadInfo:
+        now = utcnow()
+        thread = ThreadInfo(
+            thread_id=thread_id,
+            resource_id=resource_id,
+            title=title,
+            created_at=now,
+            updated_at=now,
+            metadata=metadata or {},
+        )
+        self._threads[thread_id] = thread
+        self._thread_order[thread_id] = next(self._counter)
+        self._messages.setdefault(thread_id, [])
+        return thread
+
+    async def aensure_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Create the thread if missing; an existing thread is returned unchanged."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        title = u.check_title(title)
+        meta = u.check_metadata(metadata)
+        with self._lock:
+            thread = self._claim(resource_id, thread_id) or self._create(resource_id, thread_id, title, meta)
+            return thread.model_copy(deep=True)
+
+    async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        with self._lock:
+            thread = self._owned(resource_id, thread_id)
+            return thread.model_copy(deep=True) if thread else None
+
+    async def aupdate_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Replace the title (when given) and merge ``metadata`` keys into the stored metadata."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        title = u.check_title(title)
+        meta = u.check_metadata(metadata)
+        with self._lock:
+            thread = self._owned(resource_id, thread_id)
+            if thread is None:
+                raise InvalidStoreInput("thread_id", "no such thread")
+            update: dict[str, Any] = {"updated_at": utcnow()}
+            if title is not None:
+                update["title"] = title
+            if meta is not None:
+                update["metadata"] = {**thread.metadata, **meta}
+            thread = thread.model_copy(update=update, deep=True)
+            self._threads[thread_id] = thread
+            return thread.model_copy(deep=True)
+
+    async def alist_threads(
+        self,
+        resource_id: str,
+        *,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> list[ThreadInfo]:
+        """Threads of a resource, newest first (creation time, then creation order)."""
+        resource_id = check_id(resource_id, "resource_id")
+        before_dt = u.check_datetime(before, "before")
+        after_dt = u.check_datetime(after, "after")
+        start = u.check_count(offset, "offset")
+        count = u.check_limit(limit)
+        with self._lock:
+            rows = [
+                t
+                for t in self._threads.values()
+                if t.resource_id == resource_id
+                and (before_dt is None or t.created_at < before_dt)
+                and (after_dt is None or t.created_at > after_dt)
+            ]
+            rows.sort(key=lambda t: (t.created_at, self._thread_order[t.thread_id]), reverse=True)
+            end = None if count is None else start + count
+            return [t.model_copy(deep=True) for t in rows[start:end]]
+
+    async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
+        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        with self._lock:
+            if self._owned(resource_id, thread_id) is None:
+                return
+            del self._threads[thread_id]
+            self._thread_order.pop(thread_id, None)
+            self._messages.pop(thread_id, None)
+            self._records.pop(record_key(resource_id, thread_id), None)
+
+    # ---- messages -----------------------------------------------------------------------
+
+    async def aappend_messages(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
+    ) -> list[StoredMessage]:
+        """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        batch = u.check_messages(messages)
+        with self._lock:
+            thread = self._claim(resource_id, thread_id)
+            if not batch:
+                return []
+            if thread is None:
+                thread = self._create(resource_id, thread_id, None, None)
+            rows = self._messages.setdefault(thread_id, [])
+            seen = {m.id for m in rows}
+            last = rows[-1].seq if rows else 0
+            inserted: list[StoredMessage] = []
+            for message in batch:
+                if message.id in seen:
+                    continue
+                seen.add(message.id)
+                last += 1
+                stored = StoredMessage(
+                    id=message.id,
+                    thread_id=thread_id,
+                    resource_id=resource_id,
+                    seq=last,
+                    data=message.data,
+                    tokens=message.tokens,
+                    created_at=message.created_at,
+                    kind=message.kind,
+                )
+                rows.append(stored)
+                inserted.append(stored.model_copy(deep=True))
+            if inserted:
+                self._threads[thread_id] = thread.model_copy(update={"updated_at": utcnow()})
+            return inserted
+
+    def _thread_messages(self, resource_id: str, thread_id: str) -> list[StoredMessage]:
+        return self._messages.get(thread_id, []) if self._owned(resource_id, thread_id) else []
+
+    async def aget_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[StoredMessage]:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        low = u.check_count(after_seq, "after_seq")
+        high = u.check_optional_count(before_seq, "before_seq")
+        count = u.check_limit(limit)
+        with self._lock:
+            rows = [
+                m
+                for m in self._thread_messages(resource_id, thread_id)
+                if m.seq > low and (high is None or m.seq < high)
+            ]
+            if descending:
+                rows.reverse()
+            if count is not None:
+                rows = rows[:count]
+            return [m.model_copy(deep=True) for m in rows]
+
+    async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
+        """The earliest message with this id among the resource's threads."""
+        resource_id = check_id(resource_id, "resource_id")
+        message_id = check_id(message_id, "message_id")
+        with self._lock:
+            matches = [
+                m
+                for thread_id, rows in self._messages.items()
+                if self._owned(resource_id, thread_id)
+                for m in rows
+                if m.id == message_id
+            ]
+            if not matches:
+                return None
+            return min(matches, key=lambda m: (m.created_at, m.thread_id, m.seq)).model_copy(deep=True)
+
+    async def acount_messages(self, resource_id: str, thread_id: str) -> int:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        with self._lock:
+            return len(self._thread_messages(resource_id, thread_id))
+
+    async def alast_seq(self, resource_id: str, thread_id: str) -> int:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        with self._lock:
+            rows = self._thread_messages(resource_id, thread_id)
+            return rows[-1].seq if rows else 0
+
+    # ---- records ------------------------------------------------------------------------
+
+    async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        with self._lock:
+            body = self._records.get(record_key(resource_id, thread_id))
+        return u.record_from_json(body) if body is not None else None
+
+    async def acommit_record(
+        self,
+        record: OMRecord,
+        *,
+        expected_version: int,
+        mark_observed: Mapping[str, int] | None = None,
+    ) -> OMRecord:
+        """Compare-and-swap the record and mark messages observed, all under one lock hold."""
+        record, expected = u.check_record(record, expected_version)
+        marks = u.check_mark_observed(mark_observed)
+        key = record_key(record.resource_id, u.record_thread(record))
+        with self._lock:
+            current = self._records.get(key)
+            current_version = json.loads(current)["version"] if current is not None else 0
+            if current_version != expected:
+                raise RecordConflictError(
+                    f"record {key!r} is at version {current_version}, expected {expected}"
+                )
+            now = utcnow()
+            stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
+            body = u.record_json(stored)
+            for thread_id, seq in marks.items():
+                for index, message in enumerate(self._thread_messages(record.resource_id, thread_id)):
+                    if message.seq <= seq and not message.observed:
+                        self._messages[thread_id][index] = message.model_copy(
+                            update={"observed": True, "observed_at": now}
+                        )
+            self._records[key] = body
+        return u.record_from_json(body)
+
+    async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        with self._lock:
+            self._records.pop(record_key(resource_id, thread_id), None)
+
+    # ---- values -------------------------------------------------------------------------
+
+    async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        with self._lock:
+            text = self._kv.get(slot)
+        return json.loads(text) if text is not None else None
+
+    async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        text = u.dumps(value, "value")
+        with self._lock:
+            self._kv[slot] = text

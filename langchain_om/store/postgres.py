@@ -1,0 +1,605 @@
+"""PostgreSQL store for several workers sharing one database (psycopg 3 async + a connection pool).
+
+Everything lives in its own schema (``langchain_om`` by default). Concurrency rules:
+
+- ``acommit_record`` locks the record row (``SELECT ... FOR UPDATE``; a create races through
+  ``INSERT ... ON CONFLICT DO NOTHING``), compares versions and marks messages observed in the
+  same transaction, so exactly one of two racing workers wins a version.
+- ``aappend_messages`` takes ``pg_advisory_xact_lock(hashtext(thread_id))`` so ``seq`` numbers
+  of a thread are assigned by one transaction at a time.
+- Schema creation and migration run under an advisory lock, so workers starting together are safe.
+
+All values are bound parameters; the schema name is quoted with ``psycopg.sql.Identifier``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncCursor, sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from . import _util as u
+from .base import (
+    SCHEMA_VERSION,
+    InvalidStoreInput,
+    NewMessage,
+    OMRecord,
+    RecordConflictError,
+    StoredMessage,
+    StoreError,
+    ThreadInfo,
+    check_id,
+    record_key,
+    utcnow,
+)
+
+DSN_ENV = "LANGCHAIN_OM_PG_DSN"
+
+_SCHEMA_V1 = [
+    "CREATE TABLE IF NOT EXISTS {s}.threads ("
+    " ord BIGSERIAL NOT NULL,"
+    " thread_id TEXT PRIMARY KEY,"
+    " resource_id TEXT NOT NULL,"
+    " title TEXT,"
+    " created_at TIMESTAMPTZ NOT NULL,"
+    " updated_at TIMESTAMPTZ NOT NULL,"
+    " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb)",
+    "CREATE INDEX IF NOT EXISTS threads_by_resource ON {s}.threads (resource_id, created_at DESC, ord DESC)",
+    "CREATE TABLE IF NOT EXISTS {s}.messages ("
+    " id TEXT NOT NULL,"
+    " resource_id TEXT NOT NULL,"
+    " thread_id TEXT NOT NULL,"
+    " seq BIGINT NOT NULL,"
+    " kind TEXT NOT NULL,"
+    " data JSONB NOT NULL,"
+    " tokens BIGINT NOT NULL DEFAULT 0,"
+    " created_at TIMESTAMPTZ NOT NULL,"
+    " observed BOOLEAN NOT NULL DEFAULT FALSE,"
+    " observed_at TIMESTAMPTZ,"
+    " UNIQUE (thread_id, id),"
+    " UNIQUE (thread_id, seq))",
+    "CREATE INDEX IF NOT EXISTS messages_recall ON {s}.messages (resource_id, thread_id, seq)",
+    "CREATE INDEX IF NOT EXISTS messages_by_id ON {s}.messages (resource_id, id)",
+    "CREATE TABLE IF NOT EXISTS {s}.records ("
+    " key TEXT PRIMARY KEY,"
+    " resource_id TEXT NOT NULL,"
+    " thread_id TEXT,"
+    " scope TEXT NOT NULL,"
+    " version BIGINT NOT NULL,"
+    " body JSONB NOT NULL,"
+    " updated_at TIMESTAMPTZ NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.kv ("
+    " resource_id TEXT NOT NULL,"
+    " namespace TEXT NOT NULL,"
+    " key TEXT NOT NULL,"
+    " value JSONB NOT NULL,"
+    " updated_at TIMESTAMPTZ NOT NULL,"
+    " PRIMARY KEY (resource_id, namespace, key))",
+]
+
+# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction).
+MIGRATIONS: dict[int, list[str]] = {1: _SCHEMA_V1}
+
+_THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
+_MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
+
+Cursor = AsyncCursor[dict[str, Any]]
+
+
+def _thread(row: dict[str, Any]) -> ThreadInfo:
+    return ThreadInfo(
+        thread_id=row["thread_id"],
+        resource_id=row["resource_id"],
+        title=row["title"],
+        created_at=u.to_utc(row["created_at"]),
+        updated_at=u.to_utc(row["updated_at"]),
+        metadata=u.from_jsonb_safe(row["metadata"]),
+    )
+
+
+def _message(row: dict[str, Any]) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        thread_id=row["thread_id"],
+        resource_id=row["resource_id"],
+        seq=row["seq"],
+        data=u.from_jsonb_safe(row["data"]),
+        tokens=row["tokens"],
+        created_at=u.to_utc(row["created_at"]),
+        kind=row["kind"],
+        observed=row["observed"],
+        observed_at=u.to_utc(row["observed_at"]) if row["observed_at"] is not None else None,
+    )
+
+
+def _jsonb(value: Any, field: str) -> Jsonb:
+    return Jsonb(u.to_jsonb_safe(value, field))
+
+
+class PostgresStore:
+    """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool: AsyncConnectionPool | None = None,
+        schema: str = "langchain_om",
+        min_size: int = 1,
+        max_size: int = 10,
+    ) -> None:
+        if dsn is not None and pool is not None:
+            raise InvalidStoreInput("pool", "pass either dsn or pool, not both")
+        if dsn is None and pool is None:
+            dsn = os.environ.get(DSN_ENV) or None
+            if dsn is None:
+                raise StoreError(f"PostgresStore needs dsn=, pool= or the {DSN_ENV} environment variable")
+        self.schema = check_id(schema, "schema", max_len=63)
+        self._dsn = dsn
+        self._pool: AsyncConnectionPool | None = pool
+        self._owns_pool = pool is None
+        self._min_size = max(1, u.check_count(min_size, "min_size"))
+        self._max_size = max(self._min_size, u.check_count(max_size, "max_size"))
+        self._setup_done = False
+        self._setup_lock: asyncio.Lock | None = None
+        self._queries: dict[str, sql.Composed] = {}
+
+    @classmethod
+    def from_env(cls, *, schema: str = "langchain_om") -> PostgresStore:
+        """A store on the DSN in ``$LANGCHAIN_OM_PG_DSN``."""
+        dsn = os.environ.get(DSN_ENV)
+        if not dsn:
+            raise StoreError(f"{DSN_ENV} is not set")
+        return cls(dsn, schema=schema)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(schema={self.schema!r})"
+
+    def _q(self, template: str) -> sql.Composed:
+        """A query with ``{s}`` bound to the quoted schema name (cached; templates are constants)."""
+        query = self._queries.get(template)
+        if query is None:
+            query = sql.SQL(template).format(s=sql.Identifier(self.schema))
+            self._queries[template] = query
+        return query
+
+    # ---- pool and schema ----------------------------------------------------------------
+
+    async def asetup(self) -> None:
+        """Open the pool (if this store made it) and create or migrate the schema (idempotent)."""
+        if self._setup_done:
+            return
+        if self._setup_lock is None:
+            self._setup_lock = asyncio.Lock()
+        async with self._setup_lock:
+            if self._setup_done:
+                return
+            try:
+                if self._pool is None:
+                    self._pool = AsyncConnectionPool(
+                        self._dsn or "",
+                        min_size=self._min_size,
+                        max_size=self._max_size,
+                        kwargs={"autocommit": True},
+                        open=False,
+                        name=f"langchain_om.{self.schema}",
+                    )
+                if self._owns_pool:
+                    await self._pool.open(wait=True)
+                async with self._pool.connection() as conn:
+                    async with conn.transaction():
+                        async with conn.cursor(row_factory=dict_row) as cur:
+                            await self._migrate(cur)
+            except psycopg.Error as exc:
+                raise StoreError(f"PostgreSQL setup failed: {exc}") from exc
+            self._setup_done = True
+
+    async def _stored_version(self, cur: Cursor) -> int:
+        await cur.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'schema_version'",
+            (self.schema,),
+        )
+        if await cur.fetchone() is None:
+            return 0
+        await cur.execute(self._q("SELECT COALESCE(MAX(version), 0) AS v FROM {s}.schema_version"))
+        row = await cur.fetchone()
+        return int(row["v"]) if row is not None else 0
+
+    async def _migrate(self, cur: Cursor) -> None:
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"langchain_om.migrate:{self.schema}",))
+        version = await self._stored_version(cur)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"schema {self.schema!r} has langchain-om schema version {version}, newer than this code's "
+                f"{SCHEMA_VERSION}; upgrade langchain-om (nothing was changed)"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        await cur.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
+        await cur.execute(self._q("CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)"))
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[target]:
+                await cur.execute(self._q(statement))
+        await cur.execute(self._q("DELETE FROM {s}.schema_version"))
+        await cur.execute(self._q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), (SCHEMA_VERSION,))
+
+    async def aclose(self) -> None:
+        """Close the pool if this store created it; a pool passed in belongs to the caller."""
+        if self._owns_pool and self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        self._setup_done = False
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Cursor]:
+        """One transaction on a pooled connection; database errors surface as ``StoreError``."""
+        await self.asetup()
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                async with conn.transaction():
+                    async with conn.cursor(row_factory=dict_row) as cur:
+                        yield cur
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    # ---- threads ------------------------------------------------------------------------
+
+    async def _select_thread(self, cur: Cursor, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        await cur.execute(
+            self._q(f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s"),
+            (thread_id, resource_id),
+        )
+        row = await cur.fetchone()
+        return _thread(row) if row is not None else None
+
+    async def _claim(
+        self, cur: Cursor, resource_id: str, thread_id: str, title: str | None, metadata: dict[str, Any] | None
+    ) -> None:
+        """Create the thread unless it exists; raise if another resource owns the id."""
+        now = utcnow()
+        await cur.execute(
+            self._q(
+                f"INSERT INTO {{s}}.threads ({_THREAD_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (thread_id) DO NOTHING"
+            ),
+            (thread_id, resource_id, title, now, now, _jsonb(metadata or {}, "metadata")),
+        )
+        await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
+        row = await cur.fetchone()
+        if row is None or row["resource_id"] != resource_id:
+            raise InvalidStoreInput("thread_id", "is not available")
+
+    async def aensure_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Create the thread if missing; an existing thread is returned unchanged."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        title = u.check_title(title)
+        meta = u.check_metadata(metadata)
+        async with self._tx() as cur:
+            await self._claim(cur, resource_id, thread_id, title, meta)
+            thread = await self._select_thread(cur, resource_id, thread_id)
+        assert thread is not None
+        return thread
+
+    async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            return await self._select_thread(cur, resource_id, thread_id)
+
+    async def aupdate_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Replace the title (when given) and merge ``metadata`` keys into the stored metadata."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        title = u.check_title(title)
+        meta = u.check_metadata(metadata)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s FOR UPDATE"
+                ),
+                (thread_id, resource_id),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                raise InvalidStoreInput("thread_id", "no such thread")
+            thread = _thread(row)
+            merged = {**thread.metadata, **meta} if meta is not None else thread.metadata
+            await cur.execute(
+                self._q(
+                    "UPDATE {s}.threads SET title = %s, metadata = %s, updated_at = %s "
+                    "WHERE thread_id = %s AND resource_id = %s"
+                ),
+                (
+                    title if title is not None else thread.title,
+                    _jsonb(merged, "metadata"),
+                    utcnow(),
+                    thread_id,
+                    resource_id,
+                ),
+            )
+            updated = await self._select_thread(cur, resource_id, thread_id)
+        assert updated is not None
+        return updated
+
+    async def alist_threads(
+        self,
+        resource_id: str,
+        *,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> list[ThreadInfo]:
+        """Threads of a resource, newest first (creation time, then creation order)."""
+        resource_id = check_id(resource_id, "resource_id")
+        before_dt = u.check_datetime(before, "before")
+        after_dt = u.check_datetime(after, "after")
+        start = u.check_count(offset, "offset")
+        count = u.check_limit(limit)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE resource_id = %s "
+                    "AND (%s::timestamptz IS NULL OR created_at < %s::timestamptz) "
+                    "AND (%s::timestamptz IS NULL OR created_at > %s::timestamptz) "
+                    "ORDER BY created_at DESC, ord DESC LIMIT %s OFFSET %s"
+                ),
+                (resource_id, before_dt, before_dt, after_dt, after_dt, count, start),
+            )
+            return [_thread(row) for row in await cur.fetchall()]
+
+    async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
+        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+            await cur.execute(
+                self._q("DELETE FROM {s}.threads WHERE thread_id = %s AND resource_id = %s RETURNING thread_id"),
+                (thread_id, resource_id),
+            )
+            if await cur.fetchone() is None:
+                return
+            await cur.execute(
+                self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
+            )
+            await cur.execute(
+                self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+
+    # ---- messages -----------------------------------------------------------------------
+
+    async def aappend_messages(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
+    ) -> list[StoredMessage]:
+        """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        batch = u.check_messages(messages)
+        encoded = [(m, _jsonb(m.data, "data")) for m in batch]
+        async with self._tx() as cur:
+            if not encoded:
+                await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
+                row = await cur.fetchone()
+                if row is not None and row["resource_id"] != resource_id:
+                    raise InvalidStoreInput("thread_id", "is not available")
+                return []
+            await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+            await self._claim(cur, resource_id, thread_id, None, None)
+            await cur.execute(
+                self._q("SELECT id FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s)"),
+                (thread_id, [m.id for m, _ in encoded]),
+            )
+            seen = {row["id"] for row in await cur.fetchall()}
+            await cur.execute(
+                self._q("SELECT COALESCE(MAX(seq), 0) AS last FROM {s}.messages WHERE thread_id = %s"), (thread_id,)
+            )
+            last_row = await cur.fetchone()
+            last = int(last_row["last"]) if last_row is not None else 0
+            inserted: list[StoredMessage] = []
+            rows: list[tuple[Any, ...]] = []
+            for message, data in encoded:
+                if message.id in seen:
+                    continue
+                seen.add(message.id)
+                last += 1
+                rows.append(
+                    (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at)
+                )
+                inserted.append(
+                    StoredMessage(
+                        id=message.id,
+                        thread_id=thread_id,
+                        resource_id=resource_id,
+                        seq=last,
+                        data=message.data,
+                        tokens=message.tokens,
+                        created_at=message.created_at,
+                        kind=message.kind,
+                    )
+                )
+            if rows:
+                await cur.executemany(
+                    self._q(
+                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                    ),
+                    rows,
+                )
+                await cur.execute(
+                    self._q("UPDATE {s}.threads SET updated_at = %s WHERE thread_id = %s"), (utcnow(), thread_id)
+                )
+        return inserted
+
+    async def aget_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[StoredMessage]:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        low = u.check_count(after_seq, "after_seq")
+        high = u.check_optional_count(before_seq, "before_seq")
+        count = u.check_limit(limit)
+        order = "DESC" if descending else "ASC"
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages "
+                    "WHERE resource_id = %s AND thread_id = %s AND seq > %s "
+                    f"AND (%s::bigint IS NULL OR seq < %s::bigint) ORDER BY seq {order} LIMIT %s"
+                ),
+                (resource_id, thread_id, low, high, high, count),
+            )
+            return [_message(row) for row in await cur.fetchall()]
+
+    async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
+        """The earliest message with this id among the resource's threads."""
+        resource_id = check_id(resource_id, "resource_id")
+        message_id = check_id(message_id, "message_id")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages WHERE resource_id = %s AND id = %s "
+                    "ORDER BY created_at, thread_id, seq LIMIT 1"
+                ),
+                (resource_id, message_id),
+            )
+            row = await cur.fetchone()
+        return _message(row) if row is not None else None
+
+    async def acount_messages(self, resource_id: str, thread_id: str) -> int:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT COUNT(*) AS n FROM {s}.messages WHERE resource_id = %s AND thread_id = %s"),
+                (resource_id, thread_id),
+            )
+            row = await cur.fetchone()
+        return int(row["n"]) if row is not None else 0
+
+    async def alast_seq(self, resource_id: str, thread_id: str) -> int:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT COALESCE(MAX(seq), 0) AS n FROM {s}.messages WHERE resource_id = %s AND thread_id = %s"
+                ),
+                (resource_id, thread_id),
+            )
+            row = await cur.fetchone()
+        return int(row["n"]) if row is not None else 0
+
+    # ---- records ------------------------------------------------------------------------
+
+    async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT body FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+            row = await cur.fetchone()
+        return OMRecord.model_validate(u.from_jsonb_safe(row["body"])) if row is not None else None
+
+    async def acommit_record(
+        self,
+        record: OMRecord,
+        *,
+        expected_version: int,
+        mark_observed: Mapping[str, int] | None = None,
+    ) -> OMRecord:
+        """Compare-and-swap the record (row lock) and mark messages observed in the same transaction."""
+        record, expected = u.check_record(record, expected_version)
+        marks = u.check_mark_observed(mark_observed)
+        thread_part = u.record_thread(record)
+        key = record_key(record.resource_id, thread_part)
+        now = utcnow()
+        stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
+        body_text = u.record_json(stored)
+        body = _jsonb(json.loads(body_text), "record")
+        async with self._tx() as cur:
+            if expected == 0:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.records (key, resource_id, thread_id, scope, version, body, updated_at) "
+                        "VALUES (%s, %s, %s, %s, 1, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING version"
+                    ),
+                    (key, record.resource_id, thread_part, record.scope, body, now),
+                )
+                if await cur.fetchone() is None:
+                    raise RecordConflictError(f"record {key!r} already exists (expected to create it)")
+            else:
+                await cur.execute(
+                    self._q("SELECT version FROM {s}.records WHERE key = %s AND resource_id = %s FOR UPDATE"),
+                    (key, record.resource_id),
+                )
+                row = await cur.fetchone()
+                current = int(row["version"]) if row is not None else 0
+                if current != expected:
+                    raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
+                await cur.execute(
+                    self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
+                    (expected + 1, body, now, key),
+                )
+            for thread_id, seq in marks.items():
+                await cur.execute(
+                    self._q(
+                        "UPDATE {s}.messages SET observed = TRUE, observed_at = %s "
+                        "WHERE resource_id = %s AND thread_id = %s AND seq <= %s AND NOT observed"
+                    ),
+                    (now, record.resource_id, thread_id, seq),
+                )
+        return u.record_from_json(body_text)
+
+    async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+
+    # ---- values -------------------------------------------------------------------------
+
+    async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
+            )
+            row = await cur.fetchone()
+        return u.from_jsonb_safe(row["value"]) if row is not None else None
+
+    async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        encoded = _jsonb(value, "value")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+                ),
+                (*slot, encoded, utcnow()),
+            )

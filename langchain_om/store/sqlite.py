@@ -1,0 +1,576 @@
+"""The embedded default store: one SQLite file (or ``":memory:"``), stdlib ``sqlite3`` only.
+
+One connection per store, guarded by a threading lock, with every call pushed to a worker
+thread so the event loop never blocks on disk. Writes that read-then-write (appending with
+the next ``seq``, compare-and-swap of a record) run inside ``BEGIN IMMEDIATE``, which takes
+SQLite's write lock up front; with ``busy_timeout`` that makes several processes on one
+file safe: the second writer waits instead of interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from . import _util as u
+from .base import (
+    SCHEMA_VERSION,
+    InvalidStoreInput,
+    NewMessage,
+    OMRecord,
+    RecordConflictError,
+    StoredMessage,
+    StoreError,
+    ThreadInfo,
+    check_id,
+    record_key,
+    utcnow,
+)
+
+T = TypeVar("T")
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id   TEXT PRIMARY KEY,
+    resource_id TEXT NOT NULL,
+    title       TEXT,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    metadata    TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS threads_by_resource ON threads (resource_id, created_at);
+CREATE TABLE IF NOT EXISTS messages (
+    id          TEXT NOT NULL,
+    resource_id TEXT NOT NULL,
+    thread_id   TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    data        TEXT NOT NULL,
+    tokens      INTEGER NOT NULL DEFAULT 0,
+    created_at  TEXT NOT NULL,
+    observed    INTEGER NOT NULL DEFAULT 0,
+    observed_at TEXT,
+    UNIQUE (thread_id, id),
+    UNIQUE (thread_id, seq)
+);
+CREATE INDEX IF NOT EXISTS messages_recall ON messages (resource_id, thread_id, seq);
+CREATE INDEX IF NOT EXISTS messages_by_id ON messages (resource_id, id);
+CREATE TABLE IF NOT EXISTS records (
+    key         TEXT PRIMARY KEY,
+    resource_id TEXT NOT NULL,
+    thread_id   TEXT,
+    scope       TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    body        TEXT NOT NULL,
+    updated_at  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    resource_id TEXT NOT NULL,
+    namespace   TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    PRIMARY KEY (resource_id, namespace, key)
+);
+"""
+
+# MIGRATIONS[n] takes a database at version n - 1 to version n (statements run in one transaction).
+MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+
+_MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
+_THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
+
+
+def _split_statements(script: str) -> list[str]:
+    return [part.strip() for part in script.split(";") if part.strip()]
+
+
+def _thread(row: sqlite3.Row) -> ThreadInfo:
+    return ThreadInfo(
+        thread_id=row["thread_id"],
+        resource_id=row["resource_id"],
+        title=row["title"],
+        created_at=u.from_iso(row["created_at"]),
+        updated_at=u.from_iso(row["updated_at"]),
+        metadata=json.loads(row["metadata"]),
+    )
+
+
+def _message(row: sqlite3.Row) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        thread_id=row["thread_id"],
+        resource_id=row["resource_id"],
+        seq=row["seq"],
+        data=json.loads(row["data"]),
+        tokens=row["tokens"],
+        created_at=u.from_iso(row["created_at"]),
+        kind=row["kind"],
+        observed=bool(row["observed"]),
+        observed_at=u.from_iso(row["observed_at"]) if row["observed_at"] else None,
+    )
+
+
+class SQLiteStore:
+    """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
+
+    def __init__(self, path: str | Path = "./langchain_om.db", *, busy_timeout_ms: int = 30_000) -> None:
+        if not isinstance(path, (str, Path)) or str(path) == "":
+            raise InvalidStoreInput("path", "must be a file path or ':memory:'")
+        if "\x00" in str(path):
+            raise InvalidStoreInput("path", "must not contain NUL characters")
+        self.path = str(path)
+        self.busy_timeout_ms = u.check_count(busy_timeout_ms, "busy_timeout_ms")
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    @property
+    def in_memory(self) -> bool:
+        return self.path == ":memory:" or self.path.startswith("file::memory:")
+
+    # ---- connection and schema ----------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.in_memory:
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path if self.in_memory else str(Path(self.path).expanduser()),
+            timeout=self.busy_timeout_ms / 1000,
+            isolation_level=None,  # autocommit; transactions are explicit BEGIN IMMEDIATE
+            check_same_thread=False,  # the threading lock serialises use across worker threads
+        )
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            self._check_not_newer(conn)
+            if not self.in_memory:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _stored_version(conn: sqlite3.Connection) -> int:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        if exists is None:
+            return 0
+        row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    def _check_not_newer(self, conn: sqlite3.Connection) -> None:
+        version = self._stored_version(conn)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has langchain-om schema version {version}, newer than this code's "
+                f"{SCHEMA_VERSION}; upgrade langchain-om (the file was left untouched)"
+            )
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        with _immediate(conn):
+            self._check_not_newer(conn)  # re-check under the write lock: another process may have migrated
+            version = self._stored_version(conn)
+            if version == SCHEMA_VERSION:
+                return
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _split_statements(MIGRATIONS[target]):
+                    conn.execute(statement)
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                return fn(self._conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.to_thread(self._call, fn)
+
+    async def asetup(self) -> None:
+        """Open the file, switch to WAL and create or migrate the schema (idempotent)."""
+        await self._run(lambda conn: None)
+
+    async def aclose(self) -> None:
+        """Close the connection; a later call reopens it (a ``:memory:`` database starts empty again)."""
+
+        def close() -> None:
+            with self._lock:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+
+        await asyncio.to_thread(close)
+
+    # ---- threads ------------------------------------------------------------------------
+
+    @staticmethod
+    def _owner(conn: sqlite3.Connection, thread_id: str) -> str | None:
+        row = conn.execute("SELECT resource_id FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    @staticmethod
+    def _insert_thread(
+        conn: sqlite3.Connection, resource_id: str, thread_id: str, title: str | None, metadata: dict[str, Any] | None
+    ) -> None:
+        now = u.iso(utcnow())
+        conn.execute(
+            f"INSERT INTO threads ({_THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+            (thread_id, resource_id, title, now, now, u.dumps(metadata or {}, "metadata")),
+        )
+
+    @staticmethod
+    def _select_thread(conn: sqlite3.Connection, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        row = conn.execute(
+            f"SELECT {_THREAD_COLUMNS} FROM threads WHERE thread_id = ? AND resource_id = ?",
+            (thread_id, resource_id),
+        ).fetchone()
+        return _thread(row) if row is not None else None
+
+    async def aensure_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Create the thread if missing; an existing thread is returned unchanged."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        title = u.check_title(title)
+        meta = u.check_metadata(metadata)
+
+        def run(conn: sqlite3.Connection) -> ThreadInfo:
+            with _immediate(conn):
+                owner = self._owner(conn, thread_id)
+                if owner is not None and owner != resource_id:
+                    raise InvalidStoreInput("thread_id", "is not available")
+                if owner is None:
+                    self._insert_thread(conn, resource_id, thread_id, title, meta)
+                thread = self._select_thread(conn, resource_id, thread_id)
+                assert thread is not None
+                return thread
+
+        return await self._run(run)
+
+    async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        return await self._run(lambda conn: self._select_thread(conn, resource_id, thread_id))
+
+    async def aupdate_thread(
+        self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> ThreadInfo:
+        """Replace the title (when given) and merge ``metadata`` keys into the stored metadata."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        title = u.check_title(title)
+        meta = u.check_metadata(metadata)
+
+        def run(conn: sqlite3.Connection) -> ThreadInfo:
+            with _immediate(conn):
+                thread = self._select_thread(conn, resource_id, thread_id)
+                if thread is None:
+                    raise InvalidStoreInput("thread_id", "no such thread")
+                merged = {**thread.metadata, **meta} if meta is not None else thread.metadata
+                conn.execute(
+                    "UPDATE threads SET title = ?, metadata = ?, updated_at = ? "
+                    "WHERE thread_id = ? AND resource_id = ?",
+                    (
+                        title if title is not None else thread.title,
+                        u.dumps(merged, "metadata"),
+                        u.iso(utcnow()),
+                        thread_id,
+                        resource_id,
+                    ),
+                )
+                updated = self._select_thread(conn, resource_id, thread_id)
+                assert updated is not None
+                return updated
+
+        return await self._run(run)
+
+    async def alist_threads(
+        self,
+        resource_id: str,
+        *,
+        before: datetime | None = None,
+        after: datetime | None = None,
+        offset: int = 0,
+        limit: int = 20,
+    ) -> list[ThreadInfo]:
+        """Threads of a resource, newest first (creation time, then creation order)."""
+        resource_id = check_id(resource_id, "resource_id")
+        before_dt = u.check_datetime(before, "before")
+        after_dt = u.check_datetime(after, "after")
+        start = u.check_count(offset, "offset")
+        count = u.check_limit(limit)
+        query = f"SELECT {_THREAD_COLUMNS} FROM threads WHERE resource_id = ?"
+        params: list[Any] = [resource_id]
+        if before_dt is not None:
+            query += " AND created_at < ?"
+            params.append(u.iso(before_dt))
+        if after_dt is not None:
+            query += " AND created_at > ?"
+            params.append(u.iso(after_dt))
+        query += " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
+        params += [-1 if count is None else count, start]
+        return await self._run(lambda conn: [_thread(row) for row in conn.execute(query, params)])
+
+    async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
+        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+
+        def run(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                if self._owner(conn, thread_id) != resource_id:
+                    return
+                conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
+                conn.execute(
+                    "DELETE FROM records WHERE key = ? AND resource_id = ?",
+                    (record_key(resource_id, thread_id), resource_id),
+                )
+                conn.execute("DELETE FROM threads WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
+
+        await self._run(run)
+
+    # ---- messages -----------------------------------------------------------------------
+
+    async def aappend_messages(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
+    ) -> list[StoredMessage]:
+        """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        batch = u.check_messages(messages)
+        encoded = [(m, u.dumps(m.data, "data")) for m in batch]
+
+        def run(conn: sqlite3.Connection) -> list[StoredMessage]:
+            with _immediate(conn):
+                owner = self._owner(conn, thread_id)
+                if owner is not None and owner != resource_id:
+                    raise InvalidStoreInput("thread_id", "is not available")
+                if not encoded:
+                    return []
+                if owner is None:
+                    self._insert_thread(conn, resource_id, thread_id, None, None)
+                row = conn.execute("SELECT MAX(seq) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()
+                last = int(row[0] or 0)
+                inserted: list[StoredMessage] = []
+                seen: set[str] = set()
+                for message, data in encoded:
+                    if message.id in seen:
+                        continue
+                    seen.add(message.id)
+                    exists = conn.execute(
+                        "SELECT 1 FROM messages WHERE thread_id = ? AND id = ?", (thread_id, message.id)
+                    ).fetchone()
+                    if exists is not None:
+                        continue
+                    last += 1
+                    conn.execute(
+                        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL)",
+                        (
+                            message.id,
+                            resource_id,
+                            thread_id,
+                            last,
+                            message.kind,
+                            data,
+                            message.tokens,
+                            u.iso(message.created_at),
+                        ),
+                    )
+                    inserted.append(
+                        StoredMessage(
+                            id=message.id,
+                            thread_id=thread_id,
+                            resource_id=resource_id,
+                            seq=last,
+                            data=message.data,
+                            tokens=message.tokens,
+                            created_at=message.created_at,
+                            kind=message.kind,
+                        )
+                    )
+                if inserted:
+                    conn.execute("UPDATE threads SET updated_at = ? WHERE thread_id = ?", (u.iso(utcnow()), thread_id))
+                return inserted
+
+        return await self._run(run)
+
+    async def aget_messages(
+        self,
+        resource_id: str,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[StoredMessage]:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        low = u.check_count(after_seq, "after_seq")
+        high = u.check_optional_count(before_seq, "before_seq")
+        count = u.check_limit(limit)
+        query = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE resource_id = ? AND thread_id = ? AND seq > ?"
+        params: list[Any] = [resource_id, thread_id, low]
+        if high is not None:
+            query += " AND seq < ?"
+            params.append(high)
+        query += f" ORDER BY seq {'DESC' if descending else 'ASC'} LIMIT ?"
+        params.append(-1 if count is None else count)
+        return await self._run(lambda conn: [_message(row) for row in conn.execute(query, params)])
+
+    async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
+        """The earliest message with this id among the resource's threads."""
+        resource_id = check_id(resource_id, "resource_id")
+        message_id = check_id(message_id, "message_id")
+
+        def run(conn: sqlite3.Connection) -> StoredMessage | None:
+            row = conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE resource_id = ? AND id = ? "
+                "ORDER BY created_at, thread_id, seq LIMIT 1",
+                (resource_id, message_id),
+            ).fetchone()
+            return _message(row) if row is not None else None
+
+        return await self._run(run)
+
+    async def acount_messages(self, resource_id: str, thread_id: str) -> int:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        return await self._run(
+            lambda conn: int(
+                conn.execute(
+                    "SELECT COUNT(*) FROM messages WHERE resource_id = ? AND thread_id = ?", (resource_id, thread_id)
+                ).fetchone()[0]
+            )
+        )
+
+    async def alast_seq(self, resource_id: str, thread_id: str) -> int:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        return await self._run(
+            lambda conn: int(
+                conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE resource_id = ? AND thread_id = ?",
+                    (resource_id, thread_id),
+                ).fetchone()[0]
+            )
+        )
+
+    # ---- records ------------------------------------------------------------------------
+
+    async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        key = record_key(resource_id, thread_id)
+
+        def run(conn: sqlite3.Connection) -> OMRecord | None:
+            row = conn.execute(
+                "SELECT body FROM records WHERE key = ? AND resource_id = ?", (key, resource_id)
+            ).fetchone()
+            return u.record_from_json(row[0]) if row is not None else None
+
+        return await self._run(run)
+
+    async def acommit_record(
+        self,
+        record: OMRecord,
+        *,
+        expected_version: int,
+        mark_observed: Mapping[str, int] | None = None,
+    ) -> OMRecord:
+        """Compare-and-swap the record and mark messages observed in one ``BEGIN IMMEDIATE`` transaction."""
+        record, expected = u.check_record(record, expected_version)
+        marks = u.check_mark_observed(mark_observed)
+        thread_part = u.record_thread(record)
+        key = record_key(record.resource_id, thread_part)
+
+        def run(conn: sqlite3.Connection) -> OMRecord:
+            with _immediate(conn):
+                row = conn.execute("SELECT version FROM records WHERE key = ?", (key,)).fetchone()
+                current = int(row[0]) if row is not None else 0
+                if current != expected:
+                    raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
+                now = utcnow()
+                stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
+                body = u.record_json(stored)
+                conn.execute(
+                    "INSERT INTO records (key, resource_id, thread_id, scope, version, body, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                    "version = excluded.version, body = excluded.body, updated_at = excluded.updated_at",
+                    (key, record.resource_id, thread_part, record.scope, expected + 1, body, u.iso(now)),
+                )
+                for thread_id, seq in marks.items():
+                    conn.execute(
+                        "UPDATE messages SET observed = 1, observed_at = ? "
+                        "WHERE resource_id = ? AND thread_id = ? AND seq <= ? AND observed = 0",
+                        (u.iso(now), record.resource_id, thread_id, seq),
+                    )
+                return u.record_from_json(body)
+
+        return await self._run(run)
+
+    async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        key = record_key(resource_id, thread_id)
+
+        def run(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                conn.execute("DELETE FROM records WHERE key = ? AND resource_id = ?", (key, resource_id))
+
+        await self._run(run)
+
+    # ---- values -------------------------------------------------------------------------
+
+    async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+
+        def run(conn: sqlite3.Connection) -> Any | None:
+            row = conn.execute(
+                "SELECT value FROM kv WHERE resource_id = ? AND namespace = ? AND key = ?", slot
+            ).fetchone()
+            return json.loads(row[0]) if row is not None else None
+
+        return await self._run(run)
+
+    async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        text = u.dumps(value, "value")
+
+        def run(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                conn.execute(
+                    "INSERT INTO kv (resource_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = excluded.value, updated_at = excluded.updated_at",
+                    (*slot, text, u.iso(utcnow())),
+                )
+
+        await self._run(run)
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that takes the database write lock before its first read."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:  # SQLite may already have rolled back (e.g. disk full)
+            conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,806 @@
+"""The storage contract, run unchanged against every backend (memory, SQLite, PostgreSQL).
+
+Backend-specific guarantees (SQLite persistence and multi-process safety, PostgreSQL
+migration locking and pool ownership) follow at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from langchain_om.store import (
+    SCHEMA_VERSION,
+    InMemoryStore,
+    InvalidStoreInput,
+    NewMessage,
+    ObservationGroup,
+    OMRecord,
+    OMStore,
+    PostgresStore,
+    RecordConflictError,
+    SQLiteStore,
+    StoreError,
+    default_store,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+R1, R2 = "res-1", "res-2"
+
+
+def msg(mid: str, text: str | None = None, tokens: int = 3, **extra: Any) -> NewMessage:
+    return NewMessage(
+        id=mid, data={"type": "human", "data": {"content": text or f"content of {mid}"}}, tokens=tokens, **extra
+    )
+
+
+def msgs(prefix: str, n: int, start: int = 1) -> list[NewMessage]:
+    return [msg(f"{prefix}{i}") for i in range(start, start + n)]
+
+
+def record(resource_id: str = R1, thread_id: str | None = "t1", text: str = "obs", **extra: Any) -> OMRecord:
+    return OMRecord(
+        resource_id=resource_id,
+        thread_id=thread_id,
+        scope="thread" if thread_id is not None else "resource",
+        groups=[ObservationGroup(thread_id=thread_id or "t1", start_id="m1", end_id="m2", text=text, tokens=5)],
+        **extra,
+    )
+
+
+def seqs(rows: list[Any]) -> list[int]:
+    return [row.seq for row in rows]
+
+
+# ---- threads ------------------------------------------------------------------------------
+
+
+async def test_store_satisfies_protocol(store: OMStore) -> None:
+    assert isinstance(store, OMStore)
+    await store.asetup()  # idempotent
+
+
+async def test_thread_create_and_get(store: OMStore) -> None:
+    created = await store.aensure_thread(R1, "t1", title="Trip planning", metadata={"lang": "en"})
+    assert (created.thread_id, created.resource_id, created.title) == ("t1", R1, "Trip planning")
+    assert created.metadata == {"lang": "en"}
+    assert created.created_at.tzinfo is not None and created.created_at.utcoffset() == timedelta(0)
+
+    fetched = await store.aget_thread(R1, "t1")
+    assert fetched == created
+    again = await store.aensure_thread(R1, "t1", title="other title")
+    assert again == created, "ensuring an existing thread leaves it unchanged"
+    assert await store.aget_thread(R2, "t1") is None
+    assert await store.aget_thread(R1, "missing") is None
+
+
+async def test_list_threads_newest_first_with_filters(store: OMStore) -> None:
+    made = []
+    for i in range(5):
+        made.append(await store.aensure_thread(R1, f"t{i}"))
+        await asyncio.sleep(0.003)
+    await store.aensure_thread(R2, "foreign")
+
+    listed = await store.alist_threads(R1)
+    assert [t.thread_id for t in listed] == ["t4", "t3", "t2", "t1", "t0"]
+    page = await store.alist_threads(R1, offset=1, limit=2)
+    assert [t.thread_id for t in page] == ["t3", "t2"]
+    assert await store.alist_threads(R1, offset=10) == []
+    assert await store.alist_threads(R1, limit=0) == []
+    before = await store.alist_threads(R1, before=made[2].created_at)
+    assert [t.thread_id for t in before] == ["t1", "t0"]
+    after = await store.alist_threads(R1, after=made[2].created_at)
+    assert [t.thread_id for t in after] == ["t4", "t3"]
+    window = await store.alist_threads(R1, after=made[0].created_at, before=made[4].created_at)
+    assert [t.thread_id for t in window] == ["t3", "t2", "t1"]
+    naive_before = made[2].created_at.astimezone(timezone.utc).replace(tzinfo=None)
+    assert [t.thread_id for t in await store.alist_threads(R1, before=naive_before)] == ["t1", "t0"]
+    assert [t.thread_id for t in await store.alist_threads(R2)] == ["foreign"]
+    assert await store.alist_threads("nobody") == []
+
+
+async def test_update_thread(store: OMStore) -> None:
+    await store.aensure_thread(R1, "t1", metadata={"a": 1})
+    updated = await store.aupdate_thread(R1, "t1", title="New title", metadata={"b": 2})
+    assert updated.title == "New title"
+    assert updated.metadata == {"a": 1, "b": 2}
+    assert (await store.aget_thread(R1, "t1")) == updated
+    only_meta = await store.aupdate_thread(R1, "t1", metadata={"a": 3})
+    assert only_meta.title == "New title" and only_meta.metadata == {"a": 3, "b": 2}
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aupdate_thread(R2, "t1", title="hijack")
+    assert err.value.field == "thread_id"
+    with pytest.raises(InvalidStoreInput):
+        await store.aupdate_thread(R1, "missing", title="x")
+    assert (await store.aget_thread(R1, "t1")).title == "New title"  # type: ignore[union-attr]
+
+
+async def test_thread_owned_by_another_resource(store: OMStore) -> None:
+    await store.aensure_thread("owner-secret", "shared-id")
+    await store.aappend_messages("owner-secret", "shared-id", [msg("m1")])
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aensure_thread(R2, "shared-id")
+    assert err.value.field == "thread_id"
+    assert "owner-secret" not in str(err.value), "the error must not reveal the owner"
+    with pytest.raises(InvalidStoreInput) as err2:
+        await store.aappend_messages(R2, "shared-id", [msg("m2")])
+    assert err2.value.field == "thread_id"
+    with pytest.raises(InvalidStoreInput):
+        await store.aappend_messages(R2, "shared-id", [])
+    assert await store.aget_messages(R2, "shared-id") == []
+    assert await store.acount_messages(R2, "shared-id") == 0
+    assert await store.alast_seq(R2, "shared-id") == 0
+    assert await store.alist_threads(R2) == []
+    await store.adelete_thread(R2, "shared-id")  # not theirs: silently nothing
+    assert seqs(await store.aget_messages("owner-secret", "shared-id")) == [1]
+
+
+# ---- messages -----------------------------------------------------------------------------
+
+
+async def test_append_orders_and_is_idempotent(store: OMStore) -> None:
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=timezone(timedelta(hours=2)))
+    first = await store.aappend_messages(R1, "t1", [msg("m1", created_at=when), msg("m2", tokens=7), msg("m3")])
+    assert [(m.id, m.seq) for m in first] == [("m1", 1), ("m2", 2), ("m3", 3)]
+    assert first[0].created_at == when and first[0].created_at.utcoffset() == timedelta(0)
+    assert await store.aget_thread(R1, "t1") is not None, "appending creates the thread"
+
+    second = await store.aappend_messages(R1, "t1", [msg("m2"), msg("m4"), msg("m4"), msg("m1"), msg("m5")])
+    assert [(m.id, m.seq) for m in second] == [("m4", 4), ("m5", 5)], "only new rows are inserted and returned"
+    assert await store.aappend_messages(R1, "t1", [msg("m1"), msg("m5")]) == []
+    assert await store.aappend_messages(R1, "t1", []) == []
+
+    stored = await store.aget_messages(R1, "t1")
+    assert [(m.id, m.seq) for m in stored] == [("m1", 1), ("m2", 2), ("m3", 3), ("m4", 4), ("m5", 5)]
+    assert stored[1].tokens == 7
+    assert stored[0].data == {"type": "human", "data": {"content": "content of m1"}}
+    assert stored[0].created_at == when
+    assert all(not m.observed and m.observed_at is None for m in stored)
+    assert all((m.resource_id, m.thread_id) == (R1, "t1") for m in stored)
+    assert await store.acount_messages(R1, "t1") == 5
+    assert await store.alast_seq(R1, "t1") == 5
+    assert await store.alast_seq(R1, "empty") == 0
+
+
+async def test_same_message_id_in_two_threads(store: OMStore) -> None:
+    await store.aappend_messages(R1, "a", [msg("m1")])
+    inserted = await store.aappend_messages(R1, "b", [msg("m1")])
+    assert [(m.thread_id, m.seq) for m in inserted] == [("b", 1)], "ids are unique per thread, not globally"
+
+
+async def test_temporal_marker_kind_round_trips(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", [msg("m1", kind="temporal-marker")])
+    assert (await store.aget_messages(R1, "t1"))[0].kind == "temporal-marker"
+
+
+async def test_seq_paging(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 10))
+    assert seqs(await store.aget_messages(R1, "t1", after_seq=3)) == [4, 5, 6, 7, 8, 9, 10]
+    assert seqs(await store.aget_messages(R1, "t1", before_seq=5)) == [1, 2, 3, 4]
+    assert seqs(await store.aget_messages(R1, "t1", after_seq=2, before_seq=6, limit=2)) == [3, 4]
+    assert seqs(await store.aget_messages(R1, "t1", descending=True, limit=3)) == [10, 9, 8]
+    assert seqs(await store.aget_messages(R1, "t1", before_seq=5, descending=True, limit=2)) == [4, 3]
+    assert seqs(await store.aget_messages(R1, "t1", after_seq=7, descending=True)) == [10, 9, 8]
+    assert await store.aget_messages(R1, "t1", limit=0) == []
+    assert await store.aget_messages(R1, "t1", after_seq=10) == []
+    assert await store.aget_messages(R1, "t1", after_seq=5, before_seq=5) == []
+    assert await store.aget_messages(R2, "t1") == []
+
+
+async def test_limit_is_capped(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 1005))
+    assert len(await store.aget_messages(R1, "t1", limit=10**12)) == 1000
+    assert len(await store.aget_messages(R1, "t1")) == 1005, "no limit returns everything"
+    assert len(await store.alist_threads(R1, limit=10**12)) == 1
+
+
+async def test_get_message_is_scoped_by_resource(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", [msg("m1", "secret of r1")])
+    await store.aappend_messages(R2, "t2", [msg("other", "secret of r2")])
+    found = await store.aget_message(R1, "m1")
+    assert found is not None and found.data["data"]["content"] == "secret of r1" and found.seq == 1
+    assert await store.aget_message(R2, "m1") is None
+    assert await store.aget_message(R1, "other") is None
+    assert await store.aget_message(R1, "nope") is None
+
+
+# ---- records ------------------------------------------------------------------------------
+
+
+async def test_record_create(store: OMStore) -> None:
+    assert await store.aget_record(R1, "t1") is None
+    fresh = record(metadata={"current_task": "book flights"})
+    created = await store.acommit_record(fresh, expected_version=0)
+    assert created.version == 1
+    assert created.groups == fresh.groups and created.current_task == "book flights"
+    assert await store.aget_record(R1, "t1") == created
+    assert await store.aget_record(R2, "t1") is None
+    assert await store.aget_record(R1, None) is None, "thread and resource scopes are separate records"
+    with pytest.raises(RecordConflictError):
+        await store.acommit_record(record(text="second create"), expected_version=0)
+    assert await store.aget_record(R1, "t1") == created
+
+
+async def test_record_compare_and_swap(store: OMStore) -> None:
+    v1 = await store.acommit_record(record(text="v1"), expected_version=0)
+    v2 = await store.acommit_record(
+        v1.model_copy(update={"groups": [*v1.groups, record(text="more").groups[0]]}), expected_version=1
+    )
+    assert v2.version == 2 and [g.text for g in v2.groups] == ["v1", "more"]
+    assert v2.updated_at >= v1.updated_at
+
+    with pytest.raises(RecordConflictError):
+        await store.acommit_record(v1.model_copy(update={"metadata": {"lost": True}}), expected_version=1)
+    assert await store.aget_record(R1, "t1") == v2, "a losing commit changes nothing"
+    with pytest.raises(RecordConflictError):
+        await store.acommit_record(record(thread_id="never-created"), expected_version=3)
+    assert await store.aget_record(R1, "never-created") is None
+
+
+async def test_resource_scope_record(store: OMStore) -> None:
+    await store.aappend_messages(R1, "a", msgs("a", 3))
+    await store.aappend_messages(R1, "b", msgs("b", 3))
+    res = await store.acommit_record(record(thread_id=None), expected_version=0, mark_observed={"a": 2, "b": 1})
+    assert res.scope == "resource" and res.version == 1
+    assert await store.aget_record(R1, None) == res
+    assert await store.aget_record(R2, None) is None
+    assert [m.observed for m in await store.aget_messages(R1, "a")] == [True, True, False]
+    assert [m.observed for m in await store.aget_messages(R1, "b")] == [True, False, False]
+
+
+async def test_mark_observed_commits_with_record(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 5))
+    await store.aappend_messages(R2, "t2", msgs("x", 2))
+    v1 = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 3, "t2": 2})
+    rows = await store.aget_messages(R1, "t1")
+    assert [m.observed for m in rows] == [True, True, True, False, False]
+    assert all(m.observed_at is not None for m in rows[:3])
+    assert all(m.observed_at is None for m in rows[3:])
+    assert not any(m.observed for m in await store.aget_messages(R2, "t2")), "another resource's thread is untouched"
+    first_observed_at = rows[0].observed_at
+
+    with pytest.raises(RecordConflictError):
+        await store.acommit_record(v1.model_copy(update={"groups": []}), expected_version=0, mark_observed={"t1": 5})
+    rows = await store.aget_messages(R1, "t1")
+    assert [m.observed for m in rows] == [True, True, True, False, False], "a failed commit marks nothing"
+    assert await store.aget_record(R1, "t1") == v1
+
+    await store.acommit_record(v1, expected_version=1, mark_observed={"t1": 5})
+    rows = await store.aget_messages(R1, "t1")
+    assert all(m.observed for m in rows)
+    assert rows[0].observed_at == first_observed_at, "already-observed messages keep their timestamp"
+
+
+async def test_delete_record(store: OMStore) -> None:
+    await store.acommit_record(record(), expected_version=0)
+    await store.acommit_record(record(thread_id=None), expected_version=0)
+    await store.adelete_record(R2, "t1")
+    assert await store.aget_record(R1, "t1") is not None
+    await store.adelete_record(R1, "t1")
+    assert await store.aget_record(R1, "t1") is None
+    assert await store.aget_record(R1, None) is not None
+    recreated = await store.acommit_record(record(), expected_version=0)
+    assert recreated.version == 1
+
+
+async def test_delete_thread(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 3))
+    await store.aappend_messages(R1, "keep", msgs("k", 2))
+    await store.acommit_record(record(), expected_version=0)
+    await store.acommit_record(record(thread_id=None), expected_version=0)
+    await store.aput_value(R1, "wm", "doc", {"x": 1})
+
+    await store.adelete_thread(R1, "t1")
+    assert await store.aget_thread(R1, "t1") is None
+    assert await store.aget_messages(R1, "t1") == []
+    assert await store.aget_message(R1, "m1") is None
+    assert await store.aget_record(R1, "t1") is None
+    assert await store.aget_record(R1, None) is not None, "the resource record stays"
+    assert await store.acount_messages(R1, "keep") == 2
+    assert await store.aget_value(R1, "wm", "doc") == {"x": 1}
+    await store.adelete_thread(R1, "t1")  # twice is fine
+    reborn = await store.aappend_messages(R1, "t1", [msg("m1")])
+    assert seqs(reborn) == [1]
+
+
+# ---- values -------------------------------------------------------------------------------
+
+
+async def test_values(store: OMStore) -> None:
+    assert await store.aget_value(R1, "wm", "doc") is None
+    doc = {"name": "Ada", "tags": ["a", "b"], "n": 1.5, "ok": True, "none": None}
+    await store.aput_value(R1, "wm", "doc", doc)
+    assert await store.aget_value(R1, "wm", "doc") == doc
+    doc["name"] = "mutated after put"
+    kept = await store.aget_value(R1, "wm", "doc")
+    assert kept is not None and kept["name"] == "Ada"
+    await store.aput_value(R1, "wm", "doc", "replaced")
+    assert await store.aget_value(R1, "wm", "doc") == "replaced"
+    await store.aput_value(R1, "other-ns", "doc", [1, 2])
+    assert await store.aget_value(R1, "other-ns", "doc") == [1, 2]
+    assert await store.aget_value(R2, "wm", "doc") is None
+    await store.aput_value(R1, "wm", "list", [1, {"a": None}])
+    assert await store.aget_value(R1, "wm", "list") == [1, {"a": None}]
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aput_value(R1, "wm", "bad", {"s": {1, 2}})
+    assert err.value.field == "value"
+    with pytest.raises(InvalidStoreInput):
+        await store.aput_value(R1, "wm", "nan", float("nan"))
+    assert await store.aget_value(R1, "wm", "bad") is None
+
+
+# ---- isolation of returned objects ---------------------------------------------------------
+
+
+async def test_returned_objects_are_copies(store: OMStore) -> None:
+    data = {"type": "human", "data": {"content": "original"}}
+    await store.aappend_messages(R1, "t1", [NewMessage(id="m1", data=data)])
+    data["data"]["content"] = "mutated input"  # type: ignore[index]
+    got = (await store.aget_messages(R1, "t1"))[0]
+    got.data["data"]["content"] = "mutated output"
+    assert (await store.aget_messages(R1, "t1"))[0].data["data"]["content"] == "original"
+
+    created = await store.acommit_record(record(), expected_version=0)
+    created.groups[0].text = "mutated"
+    created.metadata["x"] = 1
+    fetched = await store.aget_record(R1, "t1")
+    assert fetched is not None and fetched.groups[0].text == "obs" and fetched.metadata == {}
+
+    thread = await store.aensure_thread(R1, "t2", metadata={"k": "v"})
+    thread.metadata["k"] = "changed"
+    assert (await store.aget_thread(R1, "t2")).metadata == {"k": "v"}  # type: ignore[union-attr]
+
+
+# ---- hostile input ------------------------------------------------------------------------
+
+HOSTILE_IDS = [
+    "x'; DROP TABLE messages;--",
+    'x"; DROP TABLE threads; --',
+    "%s %(x)s {s} {} ?",
+    "Robert'); DELETE FROM records WHERE ('1'='1",
+    "\\' OR 1=1 --",
+    "ünïcødé 🧵 ids",
+    " leading and trailing ",
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_IDS)
+async def test_sql_metacharacters_are_plain_ids(store: OMStore, hostile: str) -> None:
+    await store.aappend_messages(R1, "innocent", [msg("i1")])
+    await store.acommit_record(record(thread_id="innocent"), expected_version=0)
+
+    thread = await store.aensure_thread(hostile, hostile, title=hostile, metadata={hostile: hostile})
+    assert (thread.resource_id, thread.thread_id, thread.title) == (hostile, hostile, hostile)
+    inserted = await store.aappend_messages(hostile, hostile, [msg(hostile, hostile)])
+    assert seqs(inserted) == [1]
+    assert (await store.aget_message(hostile, hostile)).data["data"]["content"] == hostile  # type: ignore[union-attr]
+    await store.acommit_record(record(hostile, hostile), expected_version=0, mark_observed={hostile: 1})
+    assert (await store.aget_messages(hostile, hostile))[0].observed
+    await store.aput_value(hostile, hostile, hostile, hostile)
+    assert await store.aget_value(hostile, hostile, hostile) == hostile
+    assert [t.thread_id for t in await store.alist_threads(hostile)] == [hostile]
+
+    # nothing leaked into, or was destroyed in, the other resource
+    assert await store.aget_message(hostile, "i1") is None
+    assert seqs(await store.aget_messages(R1, "innocent")) == [1]
+    assert await store.aget_record(R1, "innocent") is not None
+    assert [t.thread_id for t in await store.alist_threads(R1)] == ["innocent"]
+    await store.adelete_thread(hostile, hostile)
+    assert seqs(await store.aget_messages(R1, "innocent")) == [1]
+
+
+BAD_IDS: list[Any] = ["", "   ", "a\x00b", "a\x1fb", None, 42, b"bytes", "x" * 513]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+async def test_invalid_ids_are_rejected_with_field(store: OMStore, bad: Any) -> None:
+    checks: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("resource_id", lambda: store.aensure_thread(bad, "t1")),
+        ("thread_id", lambda: store.aensure_thread(R1, bad)),
+        ("thread_id", lambda: store.aget_messages(R1, bad)),
+        ("resource_id", lambda: store.aget_messages(bad, "t1")),
+        ("resource_id", lambda: store.acount_messages(bad, "t1")),
+        ("message_id", lambda: store.aget_message(R1, bad)),
+        ("namespace", lambda: store.aget_value(R1, bad, "k")),
+        ("key", lambda: store.aput_value(R1, "ns", bad, 1)),
+        ("resource_id", lambda: store.alist_threads(bad)),
+        ("resource_id", lambda: store.aget_record(bad, None)),
+    ]
+    if bad is not None:
+        checks.append(("thread_id", lambda: store.aget_record(R1, bad)))
+    if isinstance(bad, str):
+        checks += [
+            ("messages[0].id", lambda: store.aappend_messages(R1, "t1", [NewMessage(id=bad, data={})])),
+            ("mark_observed", lambda: store.acommit_record(record(), expected_version=0, mark_observed={bad: 1})),
+        ]
+    for field, call in checks:
+        with pytest.raises(InvalidStoreInput) as err:
+            await call()
+        assert err.value.field == field, (field, err.value)
+    assert await store.alist_threads(R1) == []
+    assert await store.aget_record(R1, "t1") is None
+
+
+async def test_bad_numbers_are_rejected_with_field(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 3))
+    cases: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("limit", lambda: store.aget_messages(R1, "t1", limit=-1)),
+        ("after_seq", lambda: store.aget_messages(R1, "t1", after_seq=-5)),
+        ("before_seq", lambda: store.aget_messages(R1, "t1", before_seq=-1)),
+        ("limit", lambda: store.alist_threads(R1, limit=-10**30)),
+        ("offset", lambda: store.alist_threads(R1, offset=-1)),
+        ("limit", lambda: store.alist_threads(R1, limit="10")),  # type: ignore[arg-type]
+        ("limit", lambda: store.aget_messages(R1, "t1", limit=True)),
+        ("expected_version", lambda: store.acommit_record(record(), expected_version=-1)),
+        ("mark_observed['t1']", lambda: store.acommit_record(record(), expected_version=0, mark_observed={"t1": -2})),
+        ("messages[0].tokens", lambda: store.aappend_messages(R1, "t1", [msg("neg", tokens=-1)])),
+        ("before", lambda: store.alist_threads(R1, before="yesterday")),  # type: ignore[arg-type]
+        ("title", lambda: store.aensure_thread(R1, "t9", title="nul\x00title")),
+        ("metadata", lambda: store.aensure_thread(R1, "t9", metadata={"bad": object()})),
+        ("messages[0].data", lambda: store.aappend_messages(R1, "t1", [NewMessage(id="m9", data={"x": object()})])),
+    ]
+    for field, call in cases:
+        with pytest.raises(InvalidStoreInput) as err:
+            await call()
+        assert err.value.field == field, (field, err.value)
+    assert await store.aget_record(R1, "t1") is None
+    assert await store.acount_messages(R1, "t1") == 3
+    assert await store.aget_thread(R1, "t9") is None
+
+
+async def test_huge_numbers_do_not_crash(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 3))
+    assert await store.aget_messages(R1, "t1", after_seq=10**30) == []
+    assert seqs(await store.aget_messages(R1, "t1", before_seq=10**30)) == [1, 2, 3]
+    assert await store.alist_threads(R1, offset=10**30) == []
+    created = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 10**30})
+    assert all(m.observed for m in await store.aget_messages(R1, "t1"))
+    with pytest.raises(RecordConflictError):
+        await store.acommit_record(created, expected_version=10**30)
+
+
+async def test_awkward_content_round_trips(store: OMStore) -> None:
+    """NUL, lone surrogates and look-alikes of internal encodings survive every backend unchanged."""
+    contents: list[Any] = [
+        "nul \x00 inside",
+        "lone surrogate \ud800 here",
+        "literal backslash-u \\u0000",
+        {"__langchain_om_b64__": "looks like the wrapper"},
+        "'; DROP TABLE messages;--",
+        "x" * 200_000,
+    ]
+    batch = [NewMessage(id=f"m{i}", data={"content": c, "nested": [c]}) for i, c in enumerate(contents)]
+    await store.aappend_messages(R1, "t1", batch)
+    stored = await store.aget_messages(R1, "t1")
+    assert [m.data for m in stored] == [m.data for m in batch]
+    await store.aput_value(R1, "ns", "k", contents)
+    assert await store.aget_value(R1, "ns", "k") == contents
+    rec = await store.acommit_record(record(text="obs \x00 with nul", metadata={"m": contents}), expected_version=0)
+    assert (await store.aget_record(R1, "t1")) == rec
+    assert rec.groups[0].text == "obs \x00 with nul"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    resource=st.text(min_size=1, max_size=40).filter(lambda s: s.strip() and "\x00" not in s and "\x1f" not in s),
+    thread=st.text(min_size=1, max_size=40).filter(lambda s: s.strip() and "\x00" not in s and "\x1f" not in s),
+)
+async def test_any_valid_id_round_trips(store: OMStore, resource: str, thread: str) -> None:
+    await store.aappend_messages(resource, thread, [msg("m1")])
+    await store.aappend_messages(resource, thread, [msg("m1"), msg("m2")])
+    assert [m.id for m in await store.aget_messages(resource, thread)] == ["m1", "m2"]
+    assert (await store.aget_thread(resource, thread)) is not None
+    other = resource + "-other"
+    assert await store.aget_messages(other, thread) == []
+    await store.adelete_thread(resource, thread)
+    assert await store.aget_thread(resource, thread) is None
+
+
+# ---- concurrency --------------------------------------------------------------------------
+
+
+async def test_concurrent_commits_one_winner_per_version(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 10))
+
+    async def create(i: int) -> OMRecord | None:
+        try:
+            return await store.acommit_record(record(text=f"creator {i}"), expected_version=0)
+        except RecordConflictError:
+            return None
+
+    created = [r for r in await asyncio.gather(*(create(i) for i in range(12))) if r is not None]
+    assert len(created) == 1 and created[0].version == 1
+
+    async def update(i: int) -> OMRecord | None:
+        try:
+            return await store.acommit_record(
+                created[0].model_copy(update={"metadata": {"writer": i}}),
+                expected_version=1,
+                mark_observed={"t1": i + 1},
+            )
+        except RecordConflictError:
+            return None
+
+    winners = [r for r in await asyncio.gather(*(update(i) for i in range(12))) if r is not None]
+    assert len(winners) == 1, f"exactly one commit wins version 1, got {len(winners)}"
+    final = await store.aget_record(R1, "t1")
+    assert final == winners[0] and final.version == 2
+    writer = final.metadata["writer"]
+    observed = [m.observed for m in await store.aget_messages(R1, "t1")]
+    assert observed == [i < writer + 1 for i in range(10)], "only the winner's marks were applied"
+
+
+async def test_concurrent_increments_lose_no_update(store: OMStore) -> None:
+    await store.acommit_record(record(metadata={"count": 0}), expected_version=0)
+
+    async def increment() -> int:
+        attempts = 0
+        while True:
+            attempts += 1
+            current = await store.aget_record(R1, "t1")
+            assert current is not None
+            bumped = current.model_copy(update={"metadata": {"count": current.metadata["count"] + 1}})
+            try:
+                await store.acommit_record(bumped, expected_version=current.version)
+                return attempts
+            except RecordConflictError:
+                await asyncio.sleep(0)
+
+    await asyncio.gather(*(increment() for _ in range(8)))
+    final = await store.aget_record(R1, "t1")
+    assert final is not None and final.metadata["count"] == 8 and final.version == 9
+
+
+async def test_concurrent_appends_never_duplicate_seq(store: OMStore) -> None:
+    async def writer(w: int) -> None:
+        for b in range(5):
+            batch = [msg(f"w{w}-{b}-{i}") for i in range(3)] + [msg("shared")]
+            await store.aappend_messages(R1, "t1", batch)
+
+    await asyncio.gather(*(writer(w) for w in range(6)))
+    rows = await store.aget_messages(R1, "t1")
+    assert seqs(rows) == list(range(1, 6 * 5 * 3 + 2))
+    assert len({m.id for m in rows}) == len(rows)
+    assert [m.id for m in rows].count("shared") == 1
+
+
+# ---- store-specific -----------------------------------------------------------------------
+
+
+async def test_default_store_uses_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("LANGCHAIN_OM_DB", str(tmp_path / "env.db"))
+    store = default_store()
+    assert isinstance(store, SQLiteStore) and store.path == str(tmp_path / "env.db")
+    monkeypatch.delenv("LANGCHAIN_OM_DB")
+    assert default_store().path == "./langchain_om.db"
+
+
+async def test_memory_stores_are_independent() -> None:
+    a, b = InMemoryStore(), InMemoryStore()
+    await a.aappend_messages(R1, "t1", [msg("m1")])
+    assert await b.aget_messages(R1, "t1") == []
+
+
+async def test_sqlite_persists_across_reopen(sqlite_path: Path) -> None:
+    first = SQLiteStore(sqlite_path)
+    await first.aensure_thread(R1, "t1", title="kept")
+    await first.aappend_messages(R1, "t1", msgs("m", 3))
+    committed = await first.acommit_record(record(), expected_version=0, mark_observed={"t1": 2})
+    await first.aput_value(R1, "wm", "doc", {"a": 1})
+    await first.aclose()
+
+    second = SQLiteStore(str(sqlite_path))
+    try:
+        assert (await second.aget_thread(R1, "t1")).title == "kept"  # type: ignore[union-attr]
+        assert [m.observed for m in await second.aget_messages(R1, "t1")] == [True, True, False]
+        assert await second.aget_record(R1, "t1") == committed
+        assert await second.aget_value(R1, "wm", "doc") == {"a": 1}
+        assert seqs(await second.aappend_messages(R1, "t1", [msg("m3"), msg("m4")])) == [4]
+    finally:
+        await second.aclose()
+    with sqlite3.connect(sqlite_path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+
+
+async def test_sqlite_memory_path() -> None:
+    store = SQLiteStore(":memory:")
+    await store.aappend_messages(R1, "t1", msgs("m", 2))
+    assert seqs(await store.aget_messages(R1, "t1")) == [1, 2]
+    await store.aclose()
+
+
+async def test_sqlite_refuses_newer_schema(sqlite_path: Path) -> None:
+    store = SQLiteStore(sqlite_path)
+    await store.aappend_messages(R1, "t1", msgs("m", 2))
+    await store.aclose()
+    with sqlite3.connect(sqlite_path) as conn:
+        conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    conn.close()
+    before = await asyncio.to_thread(sqlite_path.read_bytes)
+
+    newer = SQLiteStore(sqlite_path)
+    with pytest.raises(StoreError, match="newer"):
+        await newer.asetup()
+    with pytest.raises(StoreError, match="newer"):
+        await newer.aget_messages(R1, "t1")
+    await newer.aclose()
+    assert await asyncio.to_thread(sqlite_path.read_bytes) == before, "the newer file is left untouched"
+
+
+async def test_sqlite_rejects_garbage_file(tmp_path: Path) -> None:
+    path = tmp_path / "not-a-db.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    store = SQLiteStore(path)
+    with pytest.raises(StoreError):
+        await store.asetup()
+
+
+_WORKER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from langchain_om.store import NewMessage, RecordConflictError, SQLiteStore
+
+    async def main(path: str, name: str) -> None:
+        store = SQLiteStore(path)
+        for b in range(25):
+            batch = [NewMessage(id=f"{name}-{b}-{i}", data={"w": name}) for i in range(4)]
+            batch.append(NewMessage(id=f"shared-{b}", data={"w": "shared"}))
+            await store.aappend_messages("res", "t", batch)
+        for _ in range(15):
+            while True:
+                current = await store.aget_record("res", "t")
+                bumped = current.model_copy(update={"metadata": {"n": current.metadata["n"] + 1}})
+                try:
+                    await store.acommit_record(bumped, expected_version=current.version)
+                    break
+                except RecordConflictError:
+                    pass
+        await store.aclose()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    """
+)
+
+
+async def test_sqlite_two_processes_on_one_file(sqlite_path: Path) -> None:
+    """Two OS processes append to one thread and CAS one record: no duplicate seq, no lost update."""
+    store = SQLiteStore(sqlite_path)
+    await store.acommit_record(OMRecord(resource_id="res", thread_id="t", metadata={"n": 0}), expected_version=0)
+    env = {"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _WORKER, str(sqlite_path), name, env=env, stderr=asyncio.subprocess.PIPE
+        )
+        for name in ("proc-a", "proc-b")
+    ]
+    try:
+        for b in range(25):  # this process writes too, at the same time
+            await store.aappend_messages("res", "t", [NewMessage(id=f"main-{b}-{i}", data={}) for i in range(2)])
+        for proc in procs:
+            _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+            assert proc.returncode == 0, err.decode()
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    rows = await store.aget_messages("res", "t")
+    expected = 2 * 25 * 4 + 25 + 25 * 2
+    assert seqs(rows) == list(range(1, expected + 1)), "seq is gap-free and unique across processes"
+    assert len({m.id for m in rows}) == expected
+    final = await store.aget_record("res", "t")
+    assert final is not None and final.metadata["n"] == 30 and final.version == 31
+    await store.aclose()
+
+
+async def _drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.mark.postgres
+async def test_postgres_concurrent_setup_and_workers(pg_dsn: str, pg_schema: str) -> None:
+    """Workers opening one fresh schema at once migrate it exactly once and then share its data."""
+    workers = [PostgresStore(pg_dsn, schema=pg_schema, max_size=2) for _ in range(4)]
+    try:
+        await asyncio.gather(*(w.asetup() for w in workers))
+
+        async def append(i: int, w: PostgresStore) -> None:
+            for b in range(5):
+                await w.aappend_messages(R1, "t1", [msg(f"w{i}-{b}-{k}") for k in range(3)] + [msg(f"dup-{b}")])
+
+        await asyncio.gather(*(append(i, w) for i, w in enumerate(workers)))
+        rows = await workers[0].aget_messages(R1, "t1")
+        assert seqs(rows) == list(range(1, 4 * 5 * 3 + 5 + 1))
+
+        base = await workers[0].acommit_record(record(), expected_version=0)
+
+        async def commit(w: PostgresStore) -> bool:
+            try:
+                await w.acommit_record(base, expected_version=1)
+                return True
+            except RecordConflictError:
+                return False
+
+        assert sorted(await asyncio.gather(*(commit(w) for w in workers))) == [False, False, False, True]
+    finally:
+        for w in workers:
+            await w.aclose()
+
+
+@pytest.mark.postgres
+async def test_postgres_refuses_newer_schema(pg_dsn: str, pg_schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    store = PostgresStore(pg_dsn, schema=pg_schema)
+    await store.aappend_messages(R1, "t1", [msg("m1")])
+    await store.aclose()
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("UPDATE {}.schema_version SET version = %s").format(sql.Identifier(pg_schema)),
+            (SCHEMA_VERSION + 1,),
+        )
+    newer = PostgresStore(pg_dsn, schema=pg_schema)
+    with pytest.raises(StoreError, match="newer"):
+        await newer.asetup()
+    await newer.aclose()
+
+
+@pytest.mark.postgres
+async def test_postgres_external_pool_is_not_closed(pg_dsn: str, pg_schema: str) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(pg_dsn, min_size=1, max_size=2, open=False)
+    await pool.open(wait=True)
+    try:
+        store = PostgresStore(pool=pool, schema=pg_schema)
+        await store.aappend_messages(R1, "t1", [msg("m1")])
+        await store.aclose()
+        assert not pool.closed, "a pool passed in belongs to the caller"
+        again = PostgresStore(pool=pool, schema=pg_schema)
+        assert seqs(await again.aget_messages(R1, "t1")) == [1]
+    finally:
+        await pool.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_from_env_and_odd_schema_name(monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> None:
+    schema = 'Odd "Schema"; DROP SCHEMA public;--'
+    monkeypatch.setenv("LANGCHAIN_OM_PG_DSN", pg_dsn)
+    store = PostgresStore.from_env(schema=schema)
+    implicit = PostgresStore(schema=schema)
+    try:
+        await store.aappend_messages(R1, "t1", [msg("m1")])
+        assert seqs(await implicit.aget_messages(R1, "t1")) == [1]
+    finally:
+        await store.aclose()
+        await implicit.aclose()
+        await _drop_schema(pg_dsn, schema)
+    monkeypatch.delenv("LANGCHAIN_OM_PG_DSN")
+    with pytest.raises(StoreError):
+        PostgresStore.from_env()
+    with pytest.raises(StoreError):
+        PostgresStore()
+
+
+def test_postgres_store_validates_arguments() -> None:
+    with pytest.raises(InvalidStoreInput) as err:
+        PostgresStore("postgresql://x", schema="")
+    assert err.value.field == "schema"
+    with pytest.raises(InvalidStoreInput):
+        PostgresStore("postgresql://x", pool=object())  # type: ignore[arg-type]
