@@ -706,6 +706,10 @@ class ObservationalMemory:
             attachments.extend(transcript.attachments)
         transcript_all = observer_mod.Transcript(text="\n\n".join(texts), attachments=attachments)
         inline = await self._inline_extractors("observation", step, record)
+        current_title: str | None = None
+        if self.config.observation.thread_title:
+            thread = await self.store.aget_thread(step.resource_id, step.thread_id)
+            current_title = thread.title if thread is not None else None
         prompt = observer_mod.build_observer_messages(
             transcript_all,
             previous_observations=self._previous_observations(record),
@@ -713,6 +717,7 @@ class ObservationalMemory:
             now=step.now,
             want_thread_title=self.config.observation.thread_title,
             inline_extractors=inline,
+            current_title=current_title,
         )
         input_tokens = self.counter.count_messages(prompt)
         call = await acall_om_model(

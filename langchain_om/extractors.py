@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.constants import TAG_NOSTREAM
 from pydantic import BaseModel
 
 from .config import OMConfigError
@@ -404,12 +406,36 @@ class ExtractionPipeline:
 
     async def _structured(self, memory: Any, source: Source, extractor: Extractor, schema: Any,
                           ctx: ExtractionContext) -> Any:
-        """The follow-up call: the OM model bound to ``schema`` via ``with_structured_output``."""
-        from .models import acall_om_structured
+        """The follow-up call: the OM model of this role bound to ``schema`` via ``with_structured_output``,
+        through the same fallback chain (list order, retries) as the main call."""
+        from .models import ModelSelectionError, aresolve_chat_model
 
         prompt = structured_prompt(extractor, ctx)
-        role: Literal["observer", "reflector"] = "observer" if source == "observation" else "reflector"
-        return await acall_om_structured(memory, role, schema, prompt, context=ctx)
+        role = "observer" if source == "observation" else "reflector"
+        spec = memory.config.model_spec(source)
+        input_tokens = memory.counter.count_messages(prompt)
+        model_context = {"thread_id": ctx["thread_id"], "resource_id": ctx["resource_id"], "role": role,
+                         "input_tokens": input_tokens, "memory": memory, "purpose": "extraction",
+                         "slug": extractor.slug}
+        chain = await aresolve_chat_model(spec if spec is not None else "default", input_tokens=input_tokens,
+                                          context=model_context)
+        config: RunnableConfig = {"tags": [TAG_NOSTREAM, "langchain_om", f"om_{role}_extract"],
+                                  "run_name": f"om_extract_{extractor.slug}"}
+        last: Exception | None = None
+        for model, retries in chain:
+            if not hasattr(model, "with_structured_output"):
+                last = TypeError(f"{type(model).__name__} has no with_structured_output")
+                continue
+            bound = model.with_structured_output(schema)
+            for _attempt in range(retries + 1):
+                try:
+                    return await bound.ainvoke(prompt, config=config)
+                except ModelSelectionError:
+                    raise
+                except Exception as exc:
+                    last = exc
+                    logger.warning("langchain-om extractor %s structured call failed: %s", extractor.slug, exc)
+        raise last if last is not None else RuntimeError("no model for the structured extraction")
 
     def persist(self, record: OMRecord, values: Mapping[str, Any]) -> None:
         """Write a cycle's values into ``record.metadata["om"]`` at each extractor's key path,

@@ -8,11 +8,12 @@ attached to every answer so hook tests can check they are passed on.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -54,9 +55,9 @@ class RecordingModel(BaseChatModel):
         else:
             message = AIMessage(content=str(self.fn(messages)) if self.fn else "")
         if self.usage is not None:
-            message.usage_metadata = {"input_tokens": self.usage.get("input_tokens", 0),
-                                      "output_tokens": self.usage.get("output_tokens", 0),
-                                      "total_tokens": self.usage.get("total_tokens", 0)}
+            message.usage_metadata = cast(UsageMetadata, {"input_tokens": self.usage.get("input_tokens", 0),
+                                                          "output_tokens": self.usage.get("output_tokens", 0),
+                                                          "total_tokens": self.usage.get("total_tokens", 0)})
         message.response_metadata = dict(self.provider_metadata)
         return ChatResult(generations=[ChatGeneration(message=message)])
 

@@ -316,8 +316,9 @@ async def test_thread_title_updates_the_thread_only_when_enabled() -> None:
     assert thread is not None and thread.title == "Cat food"
     record = await om.aget_record("t1")
     assert record.metadata["om"]["extracted"]["thread-title"] == "Cat food"
-    # same title again: no update event
+    # same title again: no update event; the Observer is shown the current title
     contexts = await observe_once(om, turns=30)
+    assert "Cat food" in observer_text(model.prompts()[-1])
     assert not any(e.type == "data-om-thread-update" for c in contexts for e in c.events)
     contexts = await observe_once(om, turns=46)
     update = end_event(contexts, "data-om-thread-update")

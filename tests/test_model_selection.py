@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
-from langchain_om.models import ModelByInputTokens, ModelSelectionError
 from om_fakes import conversation
 from om_recording import RecordingModel, observer_reply
 
 from langchain_om.engine import ObservationalMemory, OMContext
+from langchain_om.models import ModelByInputTokens, ModelSelectionError
 from langchain_om.store.memory import InMemoryStore
 
 SHORT_REFLECTION = "<observations>\n* 🔴 Miso: no chicken.\n</observations>"
@@ -173,3 +173,57 @@ async def test_role_default_temperatures_without_settings() -> None:
     assert call_settings(model.calls[-1])["temperature"] == 0.0
     # a custom model gets no default max output
     assert call_settings(model.calls[0])["max_tokens"] is None
+
+
+# ------------------------------------------------------------------ strings
+
+
+@pytest.fixture
+def created_models(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any], RecordingModel]]:
+    """Replaces LangChain's provider factory (there is no network here) and records what OM asked for."""
+    import langchain.chat_models
+
+    from langchain_om import models
+
+    created: list[tuple[str, dict[str, Any], RecordingModel]] = []
+
+    def fake_init_chat_model(name: str, **kwargs: Any) -> RecordingModel:
+        model = RecordingModel(fn=reply)
+        created.append((name, kwargs, model))
+        return model
+
+    monkeypatch.setattr(langchain.chat_models, "init_chat_model", fake_init_chat_model)
+    monkeypatch.setattr(models, "_model_cache", {})
+    return created
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected", "limit_key"),
+    [
+        ("openai:gpt-test-mini", "openai:gpt-test-mini", "max_tokens"),
+        ("openai/gpt-test-mini", "openai:gpt-test-mini", "max_tokens"),
+        ("anthropic/claude-test", "anthropic:claude-test", "max_tokens"),
+        ("google/gemini-test", "google_genai:gemini-test", "max_output_tokens"),
+    ],
+)
+async def test_model_strings_both_forms_with_settings(
+    created_models: list[tuple[str, dict[str, Any], RecordingModel]], spec: str, expected: str, limit_key: str
+) -> None:
+    om = make_om(observation={"model": spec, "model_settings": {"temperature": 0.5, "max_output_tokens": 321},
+                              "provider_options": {"reasoning_effort": "low"}})
+    contexts = await run_until_observed(om)
+    assert any(e.type == "data-om-observation-end" for e in contexts[-1].events)
+    name, kwargs, model = created_models[0]
+    assert name == expected
+    assert kwargs["temperature"] == 0.5 and kwargs[limit_key] == 321 and kwargs["reasoning_effort"] == "low"
+    assert len(model.calls) == 1, "the model built from the string is the one called"
+
+
+async def test_default_model_gets_the_default_output_limit(
+    created_models: list[tuple[str, dict[str, Any], RecordingModel]],
+) -> None:
+    om = make_om()
+    await run_until_observed(om)
+    name, kwargs, _ = created_models[0]
+    assert name == "google_genai:gemini-2.5-flash"
+    assert kwargs["temperature"] == 0.3 and kwargs["max_output_tokens"] == 100_000

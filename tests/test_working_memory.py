@@ -99,7 +99,7 @@ async def test_resource_scope_is_shared_across_threads_thread_scope_is_not() -> 
     assert await om.working_memory.aget("t2", resource_id="u1") == "# About the user\n- Name: Aiko"
     assert await om.working_memory.aget("t1", resource_id="u2") is None
     stored = await store.aget_value("u1", NAMESPACE, "resource")
-    assert stored["value"].endswith("Name: Aiko") and stored["format"] == "markdown"
+    assert stored is not None and stored["value"].endswith("Name: Aiko") and stored["format"] == "markdown"
 
     om_thread = make_om(store=InMemoryStore(), working_memory={"scope": "thread"})
     assert om_thread.working_memory is not None
