@@ -240,3 +240,13 @@ async def test_schema_working_memory_without_state_signals_replaces_the_document
     assert model.structured_calls()[0]["kwargs"]["tools"][0]["function"]["name"] == "Person"
     assert "complete" in text_of(model.structured_calls()[0]["messages"])
     assert await om.working_memory.aget("t1") == {"name": None, "city": "Osaka", "diet": None}
+
+
+async def test_working_memory_persists_in_every_store_backend(store: Any) -> None:
+    om = make_om(store=store, working_memory={"schema": Person, "scope": "resource"})
+    assert om.working_memory is not None
+    await om.working_memory.aset("t1", {"name": "Aiko"}, resource_id="u1")
+    reopened = make_om(store=store, working_memory={"schema": Person, "scope": "resource"})
+    assert reopened.working_memory is not None
+    assert await reopened.working_memory.aget("t2", resource_id="u1") == {"name": "Aiko", "city": None, "diet": None}
+    assert await reopened.working_memory.aget("t2", resource_id="u2") is None
