@@ -1,0 +1,442 @@
+"""Scripted chat models for tests, notebooks and the offline demo.
+
+None of these call a network. ``ScriptedObserverModel`` is a deterministic,
+rule-based stand-in for a real Observer/Reflector: it reads the prompts that
+``observer.py`` and ``reflector.py`` build and answers in their exact format,
+so the whole OM pipeline can run offline with realistic output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar, cast
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableLambda
+from pydantic import BaseModel, Field
+
+from .observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
+from .reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
+
+__all__ = [
+    "OBSERVER_PROMPT_MARKER",
+    "REFLECTOR_PROMPT_MARKER",
+    "ScriptedAgentModel",
+    "ScriptedChatModel",
+    "ScriptedObserverModel",
+]
+
+
+def _text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(block.get("text", "")) if isinstance(block, dict) else str(block)
+        for block in content
+        if isinstance(block, str) or (isinstance(block, dict) and block.get("type") == "text")
+    )
+
+
+def _estimate(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+def _usage(messages: Sequence[BaseMessage], output: str) -> UsageMetadata:
+    prompt = sum(_estimate(_text(m)) for m in messages)
+    out = _estimate(output)
+    return cast(UsageMetadata, {"input_tokens": prompt, "output_tokens": out, "total_tokens": prompt + out})
+
+
+class _ScriptedBase(BaseChatModel):
+    """Shared plumbing: call recording, usage metadata, optional latency, tools ignored."""
+
+    model_name: str = "scripted"
+    delay_s: float = 0.0
+    temperature: float | None = None
+    max_tokens: int | None = None
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+    call_kwargs: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name}
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "scripted"
+        params["ls_model_name"] = self.model_name
+        return params
+
+    def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
+        raise NotImplementedError
+
+    def _record(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> int:
+        self.calls.append(list(messages))
+        self.call_kwargs.append(dict(kwargs))
+        return len(self.calls) - 1
+
+    def _finish(self, messages: list[BaseMessage], reply: AIMessage) -> ChatResult:
+        text = reply.content if isinstance(reply.content, str) else ""
+        if reply.usage_metadata is None:
+            reply.usage_metadata = _usage(messages, text)
+        reply.response_metadata = {
+            "model_name": self.model_name,
+            "model_provider": "scripted",
+            "finish_reason": "stop",
+            **(reply.response_metadata or {}),
+        }
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        index = self._record(messages, kwargs)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return self._finish(messages, self._reply(messages, index))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        index = self._record(messages, kwargs)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return self._finish(messages, self._reply(messages, index))
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """Tools are accepted and ignored (scripted replies decide about tool calls)."""
+        return self
+
+    def with_structured_output(
+        self, schema: Any, *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, Any]:
+        """Parse the scripted reply as JSON into ``schema`` (a pydantic class, or a dict for anything else)."""
+
+        def parse(message: AIMessage) -> Any:
+            raw = message.content if isinstance(message.content, str) else _text(message)
+            match = re.search(r"\{.*\}|\[.*\]", raw, re.DOTALL)
+            data = json.loads(match.group(0) if match else raw)
+            if isinstance(schema, type) and issubclass(schema, BaseModel):
+                return schema.model_validate(data)
+            return data
+
+        if include_raw:
+
+            def with_raw(message: AIMessage) -> dict[str, Any]:
+                try:
+                    return {"raw": message, "parsed": parse(message), "parsing_error": None}
+                except Exception as exc:
+                    return {"raw": message, "parsed": None, "parsing_error": exc}
+
+            return self | RunnableLambda(with_raw)
+        return self | RunnableLambda(parse)
+
+
+Response = str | BaseException | Callable[[list[BaseMessage]], Any] | AIMessage
+
+
+class ScriptedChatModel(_ScriptedBase):
+    """Answers from ``responses`` in order (cycling): strings, ``AIMessage``s, exceptions to raise,
+    or callables ``messages -> str | AIMessage``. Every call is recorded in ``.calls`` and the
+    call kwargs (bound temperature, max_tokens, ...) in ``.call_kwargs``."""
+
+    model_name: str = "scripted-chat"
+    responses: list[Any] = Field(default_factory=lambda: ["ok"])
+
+    def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
+        if not self.responses:
+            raise RuntimeError("ScriptedChatModel has no responses")
+        item = self.responses[index % len(self.responses)]
+        if isinstance(item, BaseException):
+            raise item
+        if isinstance(item, type) and issubclass(item, BaseException):
+            raise item("scripted failure")
+        if callable(item) and not isinstance(item, AIMessage):
+            item = item(messages)
+        if isinstance(item, AIMessage):
+            return item.model_copy(deep=True)
+        return AIMessage(content=str(item))
+
+
+# --------------------------------------------------------------------------- Observer / Reflector
+
+_IMPORTANT_WORDS = re.compile(
+    r"\d|\b(prefer|prefers|like|likes|love|hate|dislike|allergic|always|never|favou?rite|want|need|must|"
+    r"will|promise|plan|planning|deadline|remember|name|named|my|i'm|i am|birthday|budget|monday|tuesday|"
+    r"wednesday|thursday|friday|saturday|sunday|tomorrow|yesterday|today|tonight|next|week|month|year|"
+    r"january|february|march|april|may|june|july|august|september|october|november|december)\b",
+    re.IGNORECASE,
+)
+_LINE_RE = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2})\] (.*)$")
+_BULLET_TIME_RE = re.compile(r"^\s*[*\-•]\s*(🔴|🟡|🟢)?\s*(?:\((\d{2}:\d{2})\))?\s*(.*)$")
+
+
+def _short(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def _section(text: str, tag: str) -> str:
+    match = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+    return match.group(1) if match else ""
+
+
+def _requested_slugs(system: str) -> list[str]:
+    if EXTRA_VALUES_HEADER not in system:
+        return []
+    block = system.split(EXTRA_VALUES_HEADER, 1)[1]
+    return re.findall(r"^- <([a-z0-9][a-z0-9-]*)>", block, re.MULTILINE)
+
+
+def _weekday(day: str) -> str:
+    try:
+        return datetime.strptime(day, "%Y-%m-%d").strftime("%A")
+    except ValueError:
+        return "unknown"
+
+
+class _Entry:
+    def __init__(self, day: str, time_: str, speaker: str, text: str) -> None:
+        self.day, self.time, self.speaker, self.text = day, time_, speaker, text
+
+
+def _parse_transcript(transcript: str) -> list[_Entry]:
+    entries: list[_Entry] = []
+    for line in transcript.splitlines():
+        match = _LINE_RE.match(line)
+        if match:
+            day, time_, rest = match.groups()
+            if rest.startswith("User: "):
+                entries.append(_Entry(day, time_, "user", rest[6:]))
+            elif rest.startswith("Assistant called tool "):
+                entries.append(_Entry(day, time_, "tool_call", rest[len("Assistant called tool "):]))
+            elif rest.startswith("Assistant: "):
+                entries.append(_Entry(day, time_, "assistant", rest[11:]))
+            elif rest.startswith("Tool "):
+                entries.append(_Entry(day, time_, "tool_result", rest[5:]))
+            else:
+                entries.append(_Entry(day, time_, "other", rest))
+        elif line.startswith("  ") and entries:
+            entries[-1].text += " " + line.strip()
+    return entries
+
+
+class ScriptedObserverModel(_ScriptedBase):
+    """A deterministic offline Observer and Reflector (recognises prompts by their markers).
+
+    Observer: one bullet per user message (🔴 when it states a preference, commitment,
+    number or date, else 🟡) and one 🟢/🟡 "Assistant ..." bullet per assistant turn, under
+    per-day Date headers, with the transcript's times. Reflector: dedupes, keeps Date
+    headers and every 🔴 line, the newest 🟡 per day, drops 🟢; higher levels keep less.
+    The result is always smaller than the input once the log has more than 3 bullets.
+    """
+
+    SCRIPTED_NOTICE: ClassVar[str] = (
+        "Using the scripted offline Observer/Reflector (no model API): observations are rule-based "
+        "summaries, not LLM output. Pass model='provider:model' for real observations."
+    )
+    model_name: str = "scripted-om"
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted-om"
+
+    def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
+        system = next((_text(m) for m in messages if isinstance(m, SystemMessage)), "")
+        human = "\n\n".join(_text(m) for m in messages if isinstance(m, HumanMessage))
+        if system.startswith(REFLECTOR_PROMPT_MARKER) or REFLECTOR_PROMPT_MARKER in system:
+            return AIMessage(content=self.reflect(human, _requested_slugs(system)))
+        if OBSERVER_PROMPT_MARKER in system:
+            return AIMessage(content=self.observe(human, _requested_slugs(system), "<thread-title>" in system))
+        last = _short(human, 80)
+        return AIMessage(content=f"(scripted) Noted: {last}")
+
+    # -- observer ---------------------------------------------------------------------------
+
+    def observe(self, prompt: str, slugs: Sequence[str] = (), want_title: bool = False) -> str:
+        """Observations for the transcript inside ``prompt``."""
+        entries = _parse_transcript(_section(prompt, "transcript") or prompt)
+        days: dict[str, list[str]] = {}
+        users = [e for e in entries if e.speaker == "user"]
+        pending: list[_Entry] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            first = pending[0]
+            replies = [e.text for e in pending if e.speaker == "assistant"]
+            tools = [e.text.split("(", 1)[0] for e in pending if e.speaker == "tool_call"]
+            parts: list[str] = []
+            if tools:
+                parts.append("used tool " + ", ".join(dict.fromkeys(tools)))
+            if replies:
+                parts.append("replied: " + _short(replies[-1], 110))
+            mark = "🟡" if tools else "🟢"
+            days.setdefault(first.day, []).append(f"* {mark} ({first.time}) Assistant {'; '.join(parts)}")
+            pending.clear()
+
+        for entry in entries:
+            if entry.speaker == "user":
+                flush()
+                plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text)
+                mark = "🔴" if _IMPORTANT_WORDS.search(plain) else "🟡"
+                days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) User said: {_short(entry.text, 160)}")
+            elif entry.speaker in ("assistant", "tool_call", "tool_result"):
+                if entry.speaker != "tool_result":
+                    pending.append(entry)
+        flush()
+        if not days:
+            days.setdefault(datetime.now().strftime("%Y-%m-%d"), []).append("* 🟢 (00:00) Nothing to observe.")
+        blocks = [f"Date: {day} ({_weekday(day)})\n" + "\n".join(lines) for day, lines in days.items()]
+        last_user = _short(users[-1].text, 120) if users else "continue the conversation"
+        out = [
+            "<observations>\n" + "\n\n".join(blocks) + "\n</observations>",
+            f"<current-task>Respond to the user's latest message: {last_user}</current-task>",
+            f"<suggested-response>Continue by addressing: {last_user}</suggested-response>",
+        ]
+        if want_title:
+            title = " ".join(users[0].text.split()[:6]) if users else "Conversation"
+            out.append(f"<thread-title>{_short(title, 60)}</thread-title>")
+        for slug in slugs:
+            value = f"From {len(users)} user message(s); latest: {_short(users[-1].text, 80)}" if users else "none"
+            out.append(f"<{slug}>{value}</{slug}>")
+        return "\n".join(out)
+
+    # -- reflector ---------------------------------------------------------------------------
+
+    def reflect(self, prompt: str, slugs: Sequence[str] = ()) -> str:
+        """A consolidated log for the log inside ``prompt`` (level from the prompt)."""
+        level_match = re.search(rf"{re.escape(COMPRESSION_LEVEL_LABEL)}\s*(\d)", prompt)
+        level = int(level_match.group(1)) if level_match else 0
+        log = _section(prompt, "observation-log") or prompt
+        condensed = condense_log(log, level)
+        out = ["<observations>\n" + condensed + "\n</observations>"]
+        for slug in slugs:
+            out.append(f"<{slug}>Consolidated at level {level}</{slug}>")
+        return "\n".join(out)
+
+
+def condense_log(log: str, level: int = 0) -> str:
+    """The scripted Reflector's rules, usable on their own (deterministic)."""
+    days: list[tuple[str, list[tuple[str, str, str]]]] = []  # header, [(mark, time, text)]
+    seen: set[str] = set()
+    total_bullets = 0
+    for raw in log.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.lower().startswith("date:"):
+            if not days or days[-1][0] != line:
+                days.append((line, []))
+            continue
+        match = _BULLET_TIME_RE.match(line)
+        if not match:
+            continue
+        total_bullets += 1
+        mark, time_, text = match.group(1) or "🟡", match.group(2) or "", match.group(3).strip()
+        key = re.sub(r"\W+", " ", text.lower()).strip()
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        if not days:
+            days.append(("Date: unknown", []))
+        days[-1][1].append((mark, time_, text))
+
+    def fmt(mark: str, time_: str, text: str, limit: int | None = None) -> str:
+        body = _short(text, limit) if limit else text
+        return f"* {mark} ({time_}) {body}" if time_ else f"* {mark} {body}"
+
+    def render(keep: Callable[[int, list[tuple[str, str, str]]], list[tuple[str, str, str]]],
+               limit: int | None = None) -> tuple[str, int]:
+        blocks: list[str] = []
+        count = 0
+        for day_index, (header, items) in enumerate(days):
+            kept = keep(day_index, items)
+            if kept:
+                count += len(kept)
+                blocks.append(header + "\n" + "\n".join(fmt(*item, limit=limit) for item in kept))
+        return "\n\n".join(blocks), count
+
+    last_day = len(days) - 1
+
+    def level0(_: int, items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        yellows = [i for i in items if i[0] == "🟡"]
+        newest_yellow = yellows[-1] if yellows else None
+        return [i for i in items if i[0] == "🔴" or i is newest_yellow]
+
+    def level1(day: int, items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        reds = [i for i in items if i[0] == "🔴"]
+        yellows = [i for i in items if i[0] == "🟡"]
+        return reds + (yellows[-1:] if day == last_day else [])
+
+    reds_all = [(d, i) for d, (_, items) in enumerate(days) for i in items if i[0] == "🔴"]
+    keep_from = max(0, len(reds_all) - max(3, len(reds_all) // 3))
+    newest_reds = {id(i) for _, i in reds_all[keep_from:]}
+
+    def level2(_: int, items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        return [i for i in items if id(i) in newest_reds]
+
+    chooser = {0: level0, 1: level1}.get(level, level2)
+    text, kept = render(chooser, limit=None if level == 0 else (120 if level == 1 else 80))
+    if total_bullets > 3 and kept >= total_bullets:
+        # nothing could be dropped: shorten every bullet so the log still shrinks
+        text, kept = render(chooser, limit=60)
+    if not kept:
+        text, kept = render(lambda _d, items: items[-1:], limit=80)
+    return text
+
+
+# --------------------------------------------------------------------------- agent
+
+
+class ScriptedAgentModel(_ScriptedBase):
+    """A tiny deterministic agent model: echoes the last human message, or issues scripted tool calls.
+
+    ``tool_calls_on={call_index: ("tool_name", {args})}`` makes that call (0-based, counting
+    every model call) return a tool call instead of text.
+    """
+
+    model_name: str = "scripted-agent"
+    tool_calls_on: dict[int, tuple[str, dict[str, Any]]] = Field(default_factory=dict)
+    reply_prefix: str = "Noted"
+
+    def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
+        if index in self.tool_calls_on:
+            name, args = self.tool_calls_on[index]
+            return AIMessage(content="", tool_calls=[{"name": name, "args": dict(args), "id": f"call_{index}",
+                                                      "type": "tool_call"}])
+        last = messages[-1] if messages else None
+        if isinstance(last, ToolMessage):
+            return AIMessage(content=f"Based on {last.name or 'the tool'}: {_short(_text(last), 100)}")
+        human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+        said = _short(_text(human), 80) if human is not None else "nothing yet"
+        turn = sum(1 for m in messages if isinstance(m, HumanMessage))
+        return AIMessage(content=f"{self.reply_prefix} (turn {turn}): you said \"{said}\".")
+
+
+def scripted_om_models(**kwargs: Any) -> Mapping[str, ScriptedObserverModel]:
+    """One scripted model for both roles (convenience for demos)."""
+    model = ScriptedObserverModel(**kwargs)
+    return {"observer": model, "reflector": model}
