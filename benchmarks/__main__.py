@@ -1,0 +1,135 @@
+"""Run the whole benchmark suite in one process and print every table of ratios.
+
+    python -m benchmarks                  # everything, ~8-10 minutes on 2 cores
+    python -m benchmarks --quick          # small sizes and short delays, ~1 minute
+    python -m benchmarks --only buffering,storage --no-pg
+
+Results: benchmarks/results/<section>.json, summary.json and benchmarks.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from . import SECTIONS, buffering, prompt_tokens, step_cost, storage, token_counting
+from .common import RESULTS_DIR, write_result
+
+
+def _args(module: Any, quick: bool, extra: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(add_help=False)
+    module.add_arguments(parser, quick)
+    known, _ = parser.parse_known_args(extra)
+    return known
+
+
+def plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
+    """One PNG with a panel per section that ran (matplotlib's Agg backend, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [name for name in ("buffering", "step_cost", "prompt_tokens", "token_counting", "storage")
+              if name in results]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], panels, strict=True):
+        data = results[name]
+        if name == "buffering":
+            names = list(data["strategies"])
+            ax.bar([n + " p50" for n in names], [data["strategies"][n]["wait_ms"]["p50"] for n in names])
+            ax.bar([n + " p95" for n in names], [data["strategies"][n]["wait_ms"]["p95"] for n in names])
+            ax.set_yscale("log")
+            ax.set_ylabel("wait for memory per step (ms, log)")
+            ax.tick_params(axis="x", rotation=60, labelsize=7)
+        elif name == "step_cost":
+            sizes = data["params"]["sizes"]
+            for strategy, per in data["strategies"].items():
+                if strategy == "full-history":
+                    continue
+                ax.plot(sizes, [max(per[str(s)]["memory_ms"]["mean"], 1e-3) for s in sizes], marker="o",
+                        label=strategy)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("history (messages)")
+            ax.set_ylabel("bookkeeping per step (ms, log)")
+            ax.legend(fontsize=7)
+        elif name == "prompt_tokens":
+            for strategy, per in data["strategies"].items():
+                sizes = sorted(int(s) for s in per)
+                ax.plot(sizes, [per[str(s)]["prompt_tokens_mean"] for s in sizes], marker="o", label=strategy)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("history (messages)")
+            ax.set_ylabel("prompt tokens per step (mean, log)")
+            ax.legend(fontsize=7)
+        elif name == "token_counting":
+            names = list(data["counters"])
+            ax.bar([n + "\ncold" for n in names], [data["counters"][n]["messages_per_s"] for n in names])
+            ax.bar([n + "\ncached" for n in names], [data["counters"][n]["cached_messages_per_s"] for n in names])
+            ax.set_ylabel("messages / s")
+            ax.tick_params(axis="x", labelsize=7)
+        elif name == "storage":
+            backends = [b for b, d in data["backends"].items() if "skipped" not in d]
+            ax.bar([b + " p50" for b in backends], [data["backends"][b]["recall_page_ms"]["p50"] for b in backends])
+            ax.bar([b + " p95" for b in backends], [data["backends"][b]["recall_page_ms"]["p95"] for b in backends])
+            ax.set_ylabel(f"recall page at {data['params']['messages']:,} stored (ms)")
+        ax.set_title(name)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes and short delays (~1 minute)")
+    parser.add_argument("--only", type=lambda v: v.split(","), default=list(SECTIONS),
+                        help=f"comma-separated sections: {','.join(SECTIONS)}")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON files and the PNG")
+    args, extra = parser.parse_known_args(argv)
+    unknown = set(args.only) - set(SECTIONS)
+    if unknown:
+        parser.error(f"--only: unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    results: dict[str, dict[str, Any]] = {}
+    timings: dict[str, float] = {}
+    modules = {"buffering": buffering, "step_cost": step_cost, "prompt_tokens": prompt_tokens,
+               "token_counting": token_counting, "storage": storage}
+    collected = None
+    for name in SECTIONS:
+        if name not in args.only:
+            continue
+        module = modules[name]
+        section_args = _args(module, args.quick, extra)
+        started = time.perf_counter()
+        print(f"\n=== {name} ===", flush=True)
+        if name == "buffering":
+            import asyncio
+
+            payload = asyncio.run(buffering.run(section_args))
+        elif name == "step_cost":
+            payload, collected = step_cost.run(section_args)
+        elif name == "prompt_tokens":
+            same = collected is not None and section_args.sizes == _args(step_cost, args.quick, extra).sizes
+            payload = prompt_tokens.run(section_args, collected if same else None)
+        else:
+            payload = module.run(section_args)
+        print(module.report(payload))
+        print(f"  -> {write_result(name, payload, args.out)}", flush=True)
+        results[name] = payload
+        timings[name] = time.perf_counter() - started
+    picture = plot(results, args.out / "benchmarks.png")
+    summary_path = write_result("summary", {"quick": args.quick, "sections_seconds": timings,
+                                            "ratios": {k: v.get("ratios") for k, v in results.items()}}, args.out)
+    print(f"\nplot: {picture}\nsummary: {summary_path}\ntotal: {sum(timings.values()):.0f} s")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Shared pieces of the benchmark suite: a synthetic conversation, timers, tables, results.
+
+Every benchmark builds its input from ``conversation`` so the strategies compared in one
+run see exactly the same messages, and writes one JSON file under ``benchmarks/results``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+START = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+_TOPICS = [
+    "the trip to Lisbon", "the quarterly budget", "my sister's wedding", "the garden shed", "a Python refactor",
+    "the marathon training plan", "the new espresso machine", "moving flats in June", "the team offsite",
+    "learning Portuguese", "the car insurance renewal", "a birthday dinner for Sam",
+]
+_USER_TEMPLATES = [
+    "Can you help me with {topic}? I need it done by {day}.",
+    "I prefer {pref} for {topic}, please remember that.",
+    "What did we decide about {topic} last time? I think the budget was {n} euros.",
+    "Quick update on {topic}: it moved to {day}, and {n} people are coming.",
+    "I don't like {pref} at all. Let's try something else for {topic}.",
+    "Could you draft a short plan for {topic} with {n} steps?",
+]
+_PREFS = ["window seats", "vegetarian options", "morning meetings", "trains over planes", "dark roast", "email"]
+_DAYS = ["Monday", "Tuesday", "next Friday", "the 14th", "tomorrow", "the end of the month"]
+_ASSISTANT_SENTENCES = [
+    "Here is what I would suggest for {topic}.",
+    "First, list the fixed constraints: dates, budget ({n} euros) and who has to be there.",
+    "Then book the parts that sell out early, because prices rise closer to {day}.",
+    "I noted your preference for {pref} and will keep it in mind.",
+    "If anything changes, tell me and I will adjust the plan step by step.",
+    "A reasonable order is: confirm the date, reserve, then send the details to everyone.",
+    "One risk is that {topic} overlaps with other commitments around {day}.",
+]
+
+
+def _stamp(message: BaseMessage, when: datetime) -> BaseMessage:
+    message.response_metadata = {**(message.response_metadata or {}), "created_at": when.isoformat()}
+    return message
+
+
+def conversation(count: int, *, seed: int = 7, start_index: int = 0, tools_every: int = 9) -> list[BaseMessage]:
+    """``count`` messages of a deterministic multi-topic chat (user, assistant, sometimes a tool call).
+
+    Sizes are realistic for a chat assistant: user turns ~15-40 tokens, replies ~60-160 tokens.
+    ``start_index`` continues an earlier conversation with fresh ids and later timestamps.
+    """
+    rng = random.Random(seed * 1_000_003 + start_index)
+    out: list[BaseMessage] = []
+    i = start_index
+    while len(out) < count:
+        turn = i // 2
+        when = START + timedelta(minutes=3 * turn)
+        values = {"topic": rng.choice(_TOPICS), "pref": rng.choice(_PREFS), "day": rng.choice(_DAYS),
+                  "n": rng.randint(2, 900)}
+        if i % 2 == 0:
+            text = rng.choice(_USER_TEMPLATES).format(**values)
+            out.append(_stamp(HumanMessage(content=text, id=f"m{i}"), when))
+        elif tools_every and turn % tools_every == 0 and count - len(out) >= 3:
+            call_id = f"call_{i}"
+            out.append(_stamp(AIMessage(content="", id=f"m{i}", tool_calls=[
+                {"name": "search_notes", "args": {"query": values["topic"], "limit": 5}, "id": call_id,
+                 "type": "tool_call"}]), when))
+            result = "; ".join(rng.choice(_ASSISTANT_SENTENCES).format(**values) for _ in range(3))
+            out.append(_stamp(ToolMessage(content=result, tool_call_id=call_id, name="search_notes",
+                                          id=f"m{i}t"), when))
+            sentences = [rng.choice(_ASSISTANT_SENTENCES).format(**values) for _ in range(rng.randint(3, 6))]
+            out.append(_stamp(AIMessage(content=" ".join(sentences), id=f"m{i}r"), when))
+        else:
+            sentences = [rng.choice(_ASSISTANT_SENTENCES).format(**values) for _ in range(rng.randint(3, 7))]
+            out.append(_stamp(AIMessage(content=" ".join(sentences), id=f"m{i}"), when))
+        i += 1
+    return out[:count]
+
+
+def turn_messages(turn: int, *, seed: int = 11) -> tuple[HumanMessage, AIMessage]:
+    """The user message and the agent's reply of measured step ``turn`` (ids never clash with history)."""
+    rng = random.Random(seed * 7919 + turn)
+    values = {"topic": rng.choice(_TOPICS), "pref": rng.choice(_PREFS), "day": rng.choice(_DAYS),
+              "n": rng.randint(2, 900)}
+    when = START + timedelta(days=400, minutes=2 * turn)
+    human = HumanMessage(content=rng.choice(_USER_TEMPLATES).format(**values), id=f"step{turn}h")
+    reply = " ".join(rng.choice(_ASSISTANT_SENTENCES).format(**values) for _ in range(rng.randint(3, 7)))
+    ai = AIMessage(content=reply, id=f"step{turn}a")
+    _stamp(human, when)
+    _stamp(ai, when + timedelta(seconds=20))
+    return human, ai
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return float(ordered[rank])
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """mean / p50 / p95 / max of a sample (milliseconds in, milliseconds out)."""
+    return {
+        "mean": float(statistics.fmean(values)) if values else 0.0,
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "max": float(max(values)) if values else 0.0,
+        "n": float(len(values)),
+    }
+
+
+def ratio(a: float, b: float) -> float | None:
+    """a / b, or None when b is zero (printed as n/a)."""
+    return a / b if b else None
+
+
+@dataclass
+class Timer:
+    """``with Timer() as t: ...`` then ``t.ms``."""
+
+    start: float = 0.0
+    ms: float = 0.0
+
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ms = (time.perf_counter() - self.start) * 1000
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were measured (ratios only compare within one run on one machine)."""
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_result(name: str, payload: dict[str, Any], out_dir: Path | None = None) -> Path:
+    """Write ``<out_dir>/<name>.json`` (with machine info) and return its path."""
+    directory = out_dir or RESULTS_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=2, default=str) + "\n")
+    return path
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table (printed and kept in the logs; no terminal features needed)."""
+    cells = [[str(h) for h in header]] + [[fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    for row in cells[1:]:
+        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths,
+                                                                                              strict=True))))
+    return "\n".join(lines)
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

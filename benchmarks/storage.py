@@ -1,0 +1,210 @@
+"""SQLite and PostgreSQL: messages stored per second, and recall page latency at 100k stored messages.
+
+Messages (the shared synthetic conversation, serialized like OM stores them) are appended in
+batches of ``--batch`` to ``--threads`` threads of one resource until ``--messages`` are stored.
+Then ``--pages`` recall pages are read at random cursors of one thread, forward and backward,
+with ``langchain_om.recall.RecallTool`` (the agent's tool, low detail, default token budget)
+and, for comparison, with the store's raw paging query (``aget_messages(after_seq, limit=20)``).
+
+PostgreSQL: ``--pg-dsn`` or ``$LANGCHAIN_OM_TEST_PG_DSN``; without either a private throw-away
+cluster is started with ``.ci/start_postgres.sh`` (and stopped afterwards) when that script and
+the PostgreSQL binaries exist; otherwise PostgreSQL is reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from langchain_om.engine import ObservationalMemory
+from langchain_om.messages import dump_message, message_timestamp
+from langchain_om.store.base import NewMessage, OMStore
+from langchain_om.store.postgres import PostgresStore
+from langchain_om.store.sqlite import SQLiteStore
+from langchain_om.testing import ScriptedObserverModel
+from langchain_om.tokens import get_token_counter
+
+from .common import START, Timer, conversation, summary, table, write_result
+
+RESOURCE = "bench-user"
+ROOT = Path(__file__).resolve().parent.parent
+PG_SCRIPT = ROOT / ".ci" / "start_postgres.sh"
+
+
+def _rows(count: int) -> list[NewMessage]:
+    counter = get_token_counter("auto")
+    base = conversation(min(count, 5000), seed=5)
+    rows: list[NewMessage] = []
+    for index in range(count):
+        message = base[index % len(base)]
+        rows.append(NewMessage(id=f"s{index}", data=dump_message(message), tokens=counter.count_message(message),
+                               created_at=message_timestamp(message) or START))
+    return rows
+
+
+async def bench_store(store: OMStore, rows: list[NewMessage], threads: int, batch: int, pages: int,
+                      seed: int = 1) -> dict[str, Any]:
+    """Append ``rows`` across ``threads`` threads, then time recall pages on the first thread."""
+    await store.asetup()
+    per_thread = len(rows) // threads
+    for t in range(threads):
+        await store.aensure_thread(RESOURCE, f"t{t}")
+    with Timer() as write:
+        for t in range(threads):
+            part = rows[t * per_thread:(t + 1) * per_thread]
+            for start in range(0, len(part), batch):
+                await store.aappend_messages(RESOURCE, f"t{t}", part[start:start + batch])
+    stored = per_thread * threads
+    om = ObservationalMemory(store, model=ScriptedObserverModel(), retrieval=True)
+    tool = om.recall_tool(thread_id="t0", resource_id=RESOURCE)
+    rng = random.Random(seed)
+    first = rows[:per_thread]
+    recall_ms: list[float] = []
+    raw_ms: list[float] = []
+    pages_seen = 0
+    for i in range(pages):
+        cursor = first[rng.randrange(len(first))].id
+        page = 1 if i % 2 == 0 else -1
+        with Timer() as timer:
+            result = await tool.arecall(_input(cursor, page))
+        recall_ms.append(timer.ms)
+        pages_seen += bool(result.get("messages") or result.get("count"))
+        after = rng.randrange(per_thread)
+        with Timer() as timer:
+            await store.aget_messages(RESOURCE, "t0", after_seq=after, limit=20)
+        raw_ms.append(timer.ms)
+    return {"messages_stored": stored, "write_seconds": write.ms / 1000,
+            "messages_per_s": stored / (write.ms / 1000), "recall_page_ms": summary(recall_ms),
+            "raw_page_ms": summary(raw_ms), "non_empty_pages": pages_seen, "recall_via": "RecallTool.arecall"}
+
+
+def _input(cursor: str, page: int) -> Any:
+    from langchain_om.recall import RecallInput
+
+    return RecallInput(cursor=cursor, page=page, limit=20)
+
+
+def _start_private_pg() -> tuple[str, str] | None:
+    """Start a throw-away cluster with the project's script; returns (dsn, cluster dir) or None."""
+    if not PG_SCRIPT.exists():
+        return None
+    script = f'source "{PG_SCRIPT}" >/dev/null && printf "%s\\n%s\\n" "$LANGCHAIN_OM_TEST_PG_DSN" "$OM_PG_DIR"'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or len(lines) < 2:
+        return None
+    return lines[0], lines[1]
+
+
+def _stop_private_pg(cluster_dir: str) -> None:
+    """Stop the cluster this run started (pg_ctl as its owner) and delete its files."""
+    data = Path(cluster_dir) / "data"
+    bindir = subprocess.run(["bash", "-c", f'source <(grep "^OM_PG_BIN=" "{PG_SCRIPT}"); echo "$OM_PG_BIN"'],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    command = [os.path.join(bindir, "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]
+    if os.geteuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, capture_output=True, timeout=60, check=False)
+    shutil.rmtree(cluster_dir, ignore_errors=True)
+
+
+async def run_async(args: argparse.Namespace) -> dict[str, Any]:
+    rows = _rows(args.messages)
+    backends: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="om-bench-") as tmp:
+        store = SQLiteStore(os.path.join(tmp, "storage.db"))
+        try:
+            backends["sqlite"] = await bench_store(store, rows, args.threads, args.batch, args.pages)
+        finally:
+            await store.aclose()
+    dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
+    started: tuple[str, str] | None = None
+    if not dsn and not args.no_pg:
+        started = _start_private_pg()
+        dsn = started[0] if started else None
+    if args.no_pg or not dsn:
+        backends["postgres"] = {"skipped": "no DSN (--pg-dsn / LANGCHAIN_OM_TEST_PG_DSN) and no private cluster"
+                                if not args.no_pg else "--no-pg"}
+    else:
+        schema = f"om_bench_{uuid.uuid4().hex[:8]}"
+        pg = PostgresStore(dsn, schema=schema)
+        try:
+            backends["postgres"] = await bench_store(pg, rows, args.threads, args.batch, args.pages)
+            backends["postgres"]["cluster"] = "private (.ci/start_postgres.sh)" if started else "given DSN"
+        finally:
+            await _drop_schema(pg, schema)
+            await pg.aclose()
+            if started:
+                _stop_private_pg(started[1])
+    ratios: dict[str, float] = {}
+    if "messages_per_s" in backends.get("postgres", {}):
+        ratios["postgres / sqlite messages per s"] = backends["postgres"]["messages_per_s"] / backends["sqlite"][
+            "messages_per_s"]
+        ratios["postgres / sqlite recall p95"] = backends["postgres"]["recall_page_ms"]["p95"] / backends["sqlite"][
+            "recall_page_ms"]["p95"]
+    return {"params": {"messages": args.messages, "threads": args.threads, "batch": args.batch, "pages": args.pages},
+            "backends": backends, "ratios": ratios}
+
+
+async def _drop_schema(store: PostgresStore, schema: str) -> None:
+    try:
+        import psycopg
+
+        dsn = getattr(store, "_dsn", None)
+        if isinstance(dsn, str):
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    except Exception:  # cleanup of a benchmark schema is best effort
+        pass
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    return asyncio.run(run_async(args))
+
+
+def report(payload: dict[str, Any]) -> str:
+    rows = []
+    for name, d in payload["backends"].items():
+        if "skipped" in d:
+            rows.append([name, "skipped: " + d["skipped"], "", "", "", ""])
+            continue
+        rows.append([name, d["messages_stored"], d["messages_per_s"], d["recall_page_ms"]["p50"],
+                     d["recall_page_ms"]["p95"], d["raw_page_ms"]["p95"]])
+    out = table(f"Storage: {payload['params']['messages']:,} messages in batches of {payload['params']['batch']}, "
+                f"{payload['params']['pages']} recall pages (RecallTool, 20 messages)",
+                ["backend", "stored", "messages/s", "recall p50 ms", "recall p95 ms", "raw page p95 ms"], rows)
+    for key, value in payload["ratios"].items():
+        out += f"\n  {key} = {value:.2f}"
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
+    parser.add_argument("--messages", type=int, default=10_000 if quick else 100_000)
+    parser.add_argument("--threads", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--pages", type=int, default=40 if quick else 200)
+    parser.add_argument("--pg-dsn", default=None)
+    parser.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.storage", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    known, _ = parser.parse_known_args(argv)
+    add_arguments(parser, known.quick)
+    payload = run(parser.parse_args(argv))
+    print(report(payload))
+    print(f"  -> {write_result('storage', payload)}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

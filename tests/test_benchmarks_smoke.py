@@ -1,0 +1,117 @@
+"""Each benchmark runs in a tiny configuration and writes the JSON fields its report promises.
+
+No timing assertions: these only prove the suite runs and its results are well-formed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import __main__ as suite
+from benchmarks import buffering, prompt_tokens, step_cost, storage, token_counting
+from benchmarks.common import conversation, percentile, summary
+from benchmarks.history import PromptMeter, bench_counter
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _ns(module: Any, **overrides: Any) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser, True)
+    args = parser.parse_args([])
+    for key, value in overrides.items():
+        setattr(args, key, value)
+    return args
+
+
+def test_percentile_and_summary() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 95) == 95.0
+    stats = summary(values)
+    assert stats["max"] == 100.0 and stats["n"] == 100.0 and stats["mean"] == pytest.approx(50.5)
+
+
+def test_conversation_is_deterministic_and_tool_exchanges_stay_whole() -> None:
+    first, second = conversation(200), conversation(200)
+    assert [m.text for m in first] == [m.text for m in second]
+    assert len({m.id for m in first}) == 200
+    for index, message in enumerate(first):
+        if message.type == "tool":
+            assert getattr(first[index - 1], "tool_calls", None), "a tool result follows its call"
+
+
+def test_prompt_meter_counts_the_shared_prefix() -> None:
+    meter = PromptMeter(bench_counter())
+    history = conversation(20)
+    meter.measure(history[:10])
+    total, share = meter.measure(history[:12])
+    assert total > 0
+    assert 0.5 < share < 1.0  # the first 10 messages are reused, the 2 new ones are not
+    _, changed = meter.measure(history[5:12])
+    assert changed < 0.2  # dropping the head breaks the prefix
+
+
+def test_buffering_quick_produces_waits_and_ratios() -> None:
+    args = _ns(buffering, turns=14, observer_delay=0.05, agent_delay=0.0, message_tokens=600,
+               observation_tokens=2000)
+    payload = asyncio.run(buffering.run(args))
+    assert set(payload["strategies"]) == {"om-buffered", "om-sync", "summarization"}
+    for data in payload["strategies"].values():
+        assert data["wait_ms"]["n"] == 14
+        assert data["wait_ms"]["p95"] >= data["wait_ms"]["p50"] >= 0
+    assert payload["strategies"]["om-sync"]["observer_calls"] >= 1  # 14 turns cross 600 tokens
+    assert payload["strategies"]["summarization"]["summaries"] >= 1
+    assert "buffered_p95_over_sync_p95" in payload["ratios"]
+    assert "buffered p95 / sync p95" in buffering.report(payload)
+
+
+def test_step_cost_and_prompt_tokens_quick() -> None:
+    args = _ns(step_cost, sizes=[300, 600], steps=3, stores=["memory"])
+    payload, stats = step_cost.run(args)
+    for name in ("om-memory", "summarization-70k", "summarization-800k", "full-history"):
+        for size in ("300", "600"):
+            assert payload["strategies"][name][size]["memory_ms"]["n"] == 3
+    assert payload["strategies"]["full-history"]["600"]["state_messages"] == 600 + 2 * (3 + 1)  # + warm-up step
+    assert "om-memory: mean at 600 / mean at 300 (flat = 1)" in payload["ratios"]
+    prompts = prompt_tokens.run(_ns(prompt_tokens, sizes=[300, 600], steps=3), stats)
+    om, full = prompts["strategies"]["om"]["600"], prompts["strategies"]["full-history"]["600"]
+    assert 0 < om["prefix_share_mean"] <= 1 and full["prompt_tokens_max"] >= full["prompt_tokens_mean"] > 0
+    assert "prefix % mean" in prompt_tokens.report(prompts)
+
+
+def test_token_counting_quick() -> None:
+    payload = token_counting.run(_ns(token_counting, messages=300))
+    assert set(payload["counters"]) == {"estimator", "tiktoken", "approximate"}
+    assert payload["counters"]["tiktoken"]["error_vs_o200k"] == 0
+    for data in payload["counters"].values():
+        assert data["messages_per_s"] > 0 and data["cached_messages_per_s"] > 0
+
+
+def test_storage_quick_sqlite_only() -> None:
+    payload = storage.run(_ns(storage, messages=1200, threads=3, batch=200, pages=6, no_pg=True))
+    sqlite = payload["backends"]["sqlite"]
+    assert sqlite["messages_stored"] == 1200
+    assert sqlite["non_empty_pages"] == 6
+    assert sqlite["recall_page_ms"]["n"] == 6
+    assert payload["backends"]["postgres"] == {"skipped": "--no-pg"}
+
+
+def test_suite_writes_json_and_png(tmp_path: Path) -> None:
+    suite.main(["--quick", "--only", "token_counting,storage", "--out", str(tmp_path), "--messages", "400",
+                "--no-pg", "--pages", "4", "--threads", "2"])
+    assert json.loads((tmp_path / "token_counting.json").read_text())["benchmark"] == "token_counting"
+    assert "backends" in json.loads((tmp_path / "storage.json").read_text())
+    assert json.loads((tmp_path / "summary.json").read_text())["quick"] is True
+    assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_suite_rejects_unknown_section() -> None:
+    with pytest.raises(SystemExit):
+        suite.main(["--only", "nope"])
