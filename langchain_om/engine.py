@@ -887,7 +887,11 @@ class ObservationalMemory:
         ttl = idle_ttl_ms(self.config.observation_idle_ms(), _provider_of(step.current_model))
         last_ai = next((m for m in reversed(window) if m.data.get("type") == "ai"), None)
         if ttl is not None and last_ai is not None:
-            idle = ms_between(last_ai.created_at, step.now)
+            # idle = the gap between the last response and the message that arrives now; a replayed
+            # or imported message carries its own timestamp, which beats the wall clock
+            newest = window[-1]
+            arrival = newest.created_at if newest is not last_ai else step.now
+            idle = ms_between(last_ai.created_at, arrival)
             if idle >= ttl:
                 return await self._activate_chunks(step, record, window, chunks, "ttl",
                                                    last_activity=last_ai.created_at, ttl_expired_ms=idle - ttl)

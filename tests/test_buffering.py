@@ -122,7 +122,7 @@ async def test_between_threshold_and_block_after_only_buffering_happens() -> Non
     model = SlowFake(fn=lambda _m: OBSERVATION)
     om = make_om(model, observation={"message_tokens": 600, "buffer_tokens": 150, "block_after": 3})
     events = []
-    for history in conversation(9):  # ~ 900-1000 tokens: above 600, below 1800
+    for history in conversation(6):  # ~1470 estimator tokens: above 600, below 1800
         events.extend((await om.aprocess("t1", history)).events)
     assert not of(events, "data-om-observation-start"), "no synchronous observation below block_after"
     status = await om.astatus("t1")
@@ -269,11 +269,11 @@ async def test_shared_budget_lets_messages_use_unused_observation_room() -> None
     om = make_om(model, share_token_budget=True,
                  observation={"message_tokens": 300, "buffer_tokens": False},
                  reflection={"observation_tokens": 600})
-    events = await run(om, 6)  # ~650 tokens: over 300 but under the shared 900
+    events = await run(om, 6, words=10)  # ~590 tokens: over 300 but under the shared 900
     assert not of(events, "data-om-observation-start")
     status = await om.astatus("t1")
     assert status.windows.active.messages.threshold == 900
-    events = await run(om, 12)
+    events = await run(om, 12, words=10)  # ~1220 tokens: past the shared budget
     assert of(events, "data-om-observation-end")
     status = await om.astatus("t1")
     record = await om.aget_record("t1")

@@ -22,7 +22,7 @@ from om_checks import assert_consistent
 from langchain_om.store.base import OMStore
 
 WORKER = str(Path(__file__).parent / "workers" / "om_worker.py")
-TURNS = 150
+TURNS = 200  # 100+ observation/activation cycles at message_tokens=300
 KILLS = 8
 
 
@@ -79,26 +79,35 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
 ) -> None:
     url, info = store_url(backend, tmp_path, request)
     rng = random.Random(20261202)
-    kills = 0
+    reached = -1  # the newest turn any worker reported as processed
+    kill_points: list[int] = []
     try:
-        while True:
+        for _ in range(KILLS):
+            # a turn some way past the last one reached, then a random slice of time into the
+            # following step, so the kill lands inside storing, observing, activating or committing
+            target = min(reached + rng.randint(4, 2 * TURNS // KILLS), TURNS - 2)
             proc = spawn(url, "--delay", "0.01")
-            if kills < KILLS:
-                time.sleep(rng.uniform(1.0, 4.0))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    proc.wait(timeout=30)
-                    kills += 1
-                    # the store must be consistent after every kill, not only at the end
-                    asyncio.run(_consistent_so_far(url))
-                    continue
-            out, err = proc.communicate(timeout=240)
-            assert proc.returncode == 0, err
-            if "done" in out:
-                break
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("turn "):
+                    reached = max(reached, int(line.split()[1]))
+                    if reached >= target:
+                        break
+            time.sleep(rng.uniform(0.0, 0.05))
+            finished = proc.poll() is not None
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            assert not finished, f"the worker exited before its kill at turn {target}: {proc.stderr.read() if proc.stderr else ''}"
+            kill_points.append(target)
+            # the store must be consistent after every kill, not only at the end
+            asyncio.run(_consistent_so_far(url))
+        proc = spawn(url, "--delay", "0.01")
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        assert "done" in out
         cycles = asyncio.run(check(url))
-        assert kills >= KILLS // 2, "the kills must actually interrupt workers"
-        assert cycles >= 20, f"only {cycles} observation groups were committed"
+        assert len(set(kill_points)) == KILLS, f"kills landed at distinct turns: {kill_points}"
+        assert cycles >= 100, f"only {cycles} observation/activation cycles were committed"
     finally:
         drop_schema(info)
 

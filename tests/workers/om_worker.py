@@ -1,7 +1,7 @@
 """A worker process for the reliability tests: replays a deterministic conversation through OM.
 
 Usage: python om_worker.py STORE_URL THREAD TURNS [--delay S]
-STORE_URL is ``sqlite:PATH`` or ``postgres:SCHEMA:DSN``. Prints ``done`` when every turn was processed.
+STORE_URL is ``sqlite:PATH`` or ``postgres:SCHEMA:DSN``. Prints ``turn N`` after each step and ``done`` when every turn was processed.
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ async def main(url: str, thread: str, turns: int, delay: float, buffering: bool)
         reflection={"observation_tokens": 1_000_000},
     )
     full = history(turns)
-    for end in range(1, len(full) + 1, 2):
+    for turn, end in enumerate(range(1, len(full) + 1, 2)):
         await om.aprocess(thread, full[:end])
+        # progress lets the test pick its kill point by turn, independent of machine speed
+        print(f"turn {turn}", flush=True)
         await asyncio.sleep(0)
     await om.aprocess(thread, full)
     await om.aclose()
