@@ -1,1 +1,63 @@
-"""Observational Memory for LangGraph and LangChain."""
+"""Observational Memory for LangGraph and LangChain.
+
+A bounded context for long-running agents: an Observer model rewrites old messages into a
+dated observation log, a Reflector condenses the log, background buffering keeps both off
+the agent's critical path, and a ``recall`` tool pages back through the raw messages.
+
+Everything in ``__all__`` is public API (see DESIGN.md); other modules are internals.
+"""
+
+from __future__ import annotations
+
+from . import events
+from .callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
+from .config import ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
+from .context import OM_CONTEXT_MESSAGE_ID
+from .engine import OMAborted, OMContext, ObservationalMemory
+from .extractors import Extractor
+from .graph import add_observational_memory, om_pre_model_hook, om_tools
+from .history import ObservationalChatMessageHistory
+from .hooks import HookContext, ObserveHooks
+from .middleware import ObservationalMemoryMiddleware
+from .models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
+from .recall import RecallInput, RecallTool
+from .store import InMemoryStore, OMRecord, OMStore, PostgresStore, SQLiteStore
+from .working_memory import WorkingMemoryExtractor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OM_CONTEXT_MESSAGE_ID",
+    "Extractor",
+    "HookContext",
+    "InMemoryStore",
+    "ModelByInputTokens",
+    "ModelSelectionError",
+    "ModelWithRetries",
+    "OMAborted",
+    "OMConfigError",
+    "OMConsoleHandler",
+    "OMContext",
+    "OMEventHandler",
+    "OMModelError",
+    "OMRecord",
+    "OMStore",
+    "ObservationConfig",
+    "ObservationalChatMessageHistory",
+    "ObservationalMemory",
+    "ObservationalMemoryMiddleware",
+    "ObserveHooks",
+    "PostgresStore",
+    "RecallInput",
+    "RecallTool",
+    "ReflectionConfig",
+    "RetrievalConfig",
+    "SQLiteStore",
+    "SyncOMEventHandler",
+    "WorkingMemoryExtractor",
+    "__version__",
+    "add_observational_memory",
+    "events",
+    "om_pre_model_hook",
+    "om_tools",
+]

@@ -18,6 +18,8 @@ DEFAULT_MAX_OUTPUT_TOKENS = 100_000
 OBSERVER_DEFAULT_TEMPERATURE = 0.3
 REFLECTOR_DEFAULT_TEMPERATURE = 0.0
 DEFAULT_BLOCK_AFTER = 1.2
+# Per attempt; generous, because a 30k-token observation on a reasoning model can take minutes.
+DEFAULT_MODEL_TIMEOUT_MS = 300_000
 
 Scope = Literal["thread", "resource"]
 Duration = float | Literal["auto"] | Literal[False] | None
@@ -79,6 +81,19 @@ def parse_duration(value: Any, field: str) -> Duration:
                 return number * _DURATION_UNITS_MS[unit]
         raise OMConfigError(field, f"cannot read duration {value!r}; use ms, '30s', '5m', '1hr', 'auto' or false")
     raise OMConfigError(field, f"expected a duration, got {type(value).__name__}")
+
+
+def _check_timeout(value: Any, field: str) -> float | Literal[False]:
+    parsed = parse_duration(value, field)
+    if parsed is None:
+        return DEFAULT_MODEL_TIMEOUT_MS
+    if parsed == "auto" or (parsed is not False and parsed <= 0):
+        raise OMConfigError(field, f"expected a positive duration (ms, '90s', '5m') or false, got {value!r}")
+    return parsed  # type: ignore[return-value]
+
+
+def _timeout_seconds(value: Any) -> float | None:
+    return None if value is False else float(value) / 1000.0
 
 
 def _check_model_spec(value: Any, field: str) -> Any:
@@ -153,6 +168,17 @@ class ObservationConfig(_Strict):
     activate_on_provider_change: bool | None = None
     block_after: float | None = None
     previous_observer_tokens: int | Literal[False] = 2000
+    # Not on the reference page: a per-attempt ceiling on the OM model call (ms, "90s", "5m" or
+    # false), so a hung provider degrades to a failure event instead of stalling the agent's step.
+    model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS
+
+    @field_validator("model_timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        return _check_timeout(v, "observation.model_timeout")
+
+    def model_timeout_s(self) -> float | None:
+        return _timeout_seconds(self.model_timeout)
 
     @field_validator("message_tokens", "max_tokens_per_batch")
     @classmethod
@@ -247,6 +273,15 @@ class ReflectionConfig(_Strict):
     activate_after_idle: Any = None
     activate_on_provider_change: bool = False
     block_after: float = DEFAULT_BLOCK_AFTER
+    model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS  # see ObservationConfig.model_timeout
+
+    @field_validator("model_timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        return _check_timeout(v, "reflection.model_timeout")
+
+    def model_timeout_s(self) -> float | None:
+        return _timeout_seconds(self.model_timeout)
 
     @field_validator("observation_tokens")
     @classmethod

@@ -727,6 +727,7 @@ class ObservationalMemory:
             input_tokens=input_tokens,
             settings=self.config.model_settings("observation"),
             provider_options=self.config.observation.provider_options,
+            timeout_s=self.config.observation.model_timeout_s(),
             context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                      "input_tokens": input_tokens, "memory": self, "role": "observer"},
         )
@@ -1055,6 +1056,7 @@ class ObservationalMemory:
                     spec if spec is not None else "default", prompt, role="reflector", input_tokens=input_tokens,
                     settings=self.config.model_settings("reflection"),
                     provider_options=self.config.reflection.provider_options,
+                    timeout_s=self.config.reflection.model_timeout_s(),
                     context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                              "input_tokens": input_tokens, "memory": self, "role": "reflector"},
                 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from langchain_om.store.base import OMStore
 
 
@@ -20,7 +22,7 @@ async def assert_consistent(store: OMStore, resource_id: str, thread_id: str, *,
         assert message.observed == (message.seq <= last), f"observed mark of seq {message.seq} disagrees (last={last})"
     seq_of = {m.id: m.seq for m in stored}
     spans = sorted((seq_of[g.start_id], seq_of[g.end_id]) for g in record.groups if g.source != "reflection")
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in pairwise(spans):
         assert start > end, f"two observation groups cover the same messages: {spans}"
     if spans:
         assert spans[-1][1] == last, "the newest group ends where observation stopped"

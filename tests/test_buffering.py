@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from itertools import pairwise
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -294,7 +295,7 @@ async def test_concurrent_steps_never_double_observe() -> None:
     stored = await store.aget_messages("t1", "t1")
     seq_of = {m.id: m.seq for m in stored}
     spans = sorted((seq_of[g.start_id], seq_of[g.end_id]) for g in record.groups)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in pairwise(spans):
         assert start > end, f"overlapping observation groups: {spans}"
     assert len(stored) == len({m.id for m in stored}) == 39
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from om_fakes import OBSERVATION, REFLECTION, CallableFake, conversation, is_reflector_prompt
 
+from langchain_om.config import OMConfigError
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
 from langchain_om.store.base import OMStore, RecordConflictError
@@ -141,6 +143,74 @@ async def test_observer_exception_degrades_to_failure_event() -> None:
         seen.extend(e.type for e in (await om.aprocess("t1", history)).events)
     assert "data-om-observation-failed" in seen
     assert seen.index("data-om-observation-failed") < seen.index("data-om-observation-end")
+
+
+class HangingFake(CallableFake):
+    """Hangs (as a stuck provider would) on the call indexes in ``hang_on``."""
+
+    hang_on: list[int] = []
+
+    async def _agenerate(self, messages: list[BaseMessage], *a: Any, **k: Any) -> Any:
+        if len(self.prompts) in self.hang_on:
+            self.prompts.append(list(messages))
+            await asyncio.sleep(3600)
+        return await super()._agenerate(messages, *a, **k)
+
+
+async def test_observer_timeout_degrades_to_failure_and_the_next_step_retries() -> None:
+    model = HangingFake(fn=lambda _m: OBSERVATION, hang_on=[0])
+    store = InMemoryStore()
+    om = make_om(store, model, observation={"message_tokens": 400, "buffer_tokens": False, "model_timeout": "50ms"})
+    events: list[Any] = []
+    for history in conversation(12):
+        ctx = await asyncio.wait_for(om.aprocess("t1", history), 5)
+        events.extend(ctx.events)
+        if any(e.type == "data-om-observation-failed" for e in ctx.events):
+            break
+    failure = next(e for e in events if e.type == "data-om-observation-failed")
+    assert "Timeout" in failure.data.error
+    assert len(ctx.messages) == len(history), "the raw history stays in the context"
+    assert not any(m.observed for m in await store.aget_messages("t1", "t1"))
+    ctx = await om.aprocess("t1", history)
+    assert any(e.type == "data-om-observation-end" for e in ctx.events)
+    assert len(ctx.messages) < len(history)
+
+
+async def test_reflector_timeout_keeps_the_observations() -> None:
+    calls: list[str] = []
+
+    def respond(messages: list[BaseMessage]) -> str:
+        calls.append("reflector" if is_reflector_prompt(messages) else "observer")
+        return REFLECTION if is_reflector_prompt(messages) else OBSERVATION
+
+    class HangOnReflect(CallableFake):
+        async def _agenerate(self, messages: list[BaseMessage], *a: Any, **k: Any) -> Any:
+            if is_reflector_prompt(messages):
+                await asyncio.sleep(3600)
+            return await super()._agenerate(messages, *a, **k)
+
+    om = make_om(InMemoryStore(), HangOnReflect(fn=respond),
+                 reflection={"observation_tokens": 90, "model_timeout": 50})
+    events: list[Any] = []
+    for history in conversation(12):
+        events.extend((await asyncio.wait_for(om.aprocess("t1", history), 10)).events)
+    failed = [e for e in events if e.type == "data-om-observation-failed"]
+    assert failed and failed[0].data.operation_type == "reflection"
+    assert "Timeout" in failed[0].data.error
+    record = await om.aget_record("t1")
+    assert record.generation_count == 0 and "Miso" in record.observations
+
+
+@pytest.mark.parametrize("bad", ["auto", 0, -5, "soon"])
+def test_model_timeout_validation_names_the_field(bad: Any) -> None:
+    with pytest.raises(OMConfigError, match=r"observation\.model_timeout"):
+        make_om(InMemoryStore(), "openai:gpt-5-mini", observation={"model_timeout": bad})
+
+
+def test_model_timeout_false_means_no_limit() -> None:
+    om = make_om(InMemoryStore(), "openai:gpt-5-mini", reflection={"model_timeout": False})
+    assert om.config.reflection.model_timeout_s() is None
+    assert om.config.observation.model_timeout_s() == 300.0
 
 
 async def test_reflector_that_does_not_compress_is_retried_then_original_kept() -> None:

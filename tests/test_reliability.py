@@ -97,7 +97,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             finished = proc.poll() is not None
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
-            assert not finished, f"the worker exited before its kill at turn {target}: {proc.stderr.read() if proc.stderr else ''}"
+            stderr = proc.stderr.read() if proc.stderr else ""
+            assert not finished, f"the worker exited before its kill at turn {target}: {stderr}"
             kill_points.append(target)
             # the store must be consistent after every kill, not only at the end
             asyncio.run(_consistent_so_far(url))

@@ -1,7 +1,8 @@
 """A worker process for the reliability tests: replays a deterministic conversation through OM.
 
-Usage: python om_worker.py STORE_URL THREAD TURNS [--delay S]
-STORE_URL is ``sqlite:PATH`` or ``postgres:SCHEMA:DSN``. Prints ``turn N`` after each step and ``done`` when every turn was processed.
+Usage: python om_worker.py STORE_URL THREAD TURNS [--delay S] [--no-buffering]
+STORE_URL is ``sqlite:PATH`` or ``postgres:SCHEMA:DSN``.
+Prints ``turn N`` after each step and ``done`` when every turn was processed.
 """
 
 from __future__ import annotations
