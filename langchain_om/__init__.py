@@ -13,7 +13,7 @@ from . import events
 from .callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
 from .config import ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
 from .context import OM_CONTEXT_MESSAGE_ID
-from .engine import OMAborted, OMContext, ObservationalMemory
+from .engine import ObservationalMemory, OMAborted, OMContext
 from .extractors import Extractor
 from .graph import add_observational_memory, om_pre_model_hook, om_tools
 from .history import ObservationalChatMessageHistory

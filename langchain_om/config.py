@@ -89,7 +89,7 @@ def _check_timeout(value: Any, field: str) -> float | Literal[False]:
         return DEFAULT_MODEL_TIMEOUT_MS
     if parsed == "auto" or (parsed is not False and parsed <= 0):
         raise OMConfigError(field, f"expected a positive duration (ms, '90s', '5m') or false, got {value!r}")
-    return parsed  # type: ignore[return-value]
+    return parsed
 
 
 def _timeout_seconds(value: Any) -> float | None:

@@ -86,6 +86,7 @@ from .store.base import (
     record_key,
     utcnow,
 )
+from .temporal import MARKER_KIND
 from .tokens import TokenCounter, get_token_counter
 
 logger = logging.getLogger("langchain_om")
@@ -141,6 +142,7 @@ class _CycleResult:
     failures: list[ExtractionFailure]
     usage: dict[str, Any] | None
     provider_metadata: dict[str, Any] | None
+    cycle_id: str | None = None  # set by the cycle that produced it; follow-up events share it
 
 
 @dataclass
@@ -450,6 +452,9 @@ class ObservationalMemory:
         the post-activation budget (the newest human message stays visible, pinned).
         """
         human = last_human_index(messages)
+        # a temporal marker belongs to the message it announces: both stay, or both go
+        while human is not None and human > 0 and _is_marker(messages[human - 1]):
+            human -= 1
         cut = safe_cut_at_or_before(messages, human if human is not None else len(messages))
         keep = self.config.observation.tokens_to_keep_after_activation()
         if sum(tokens[cut:]) > self.config.observation.message_tokens:
@@ -553,7 +558,7 @@ class ObservationalMemory:
                 step.events.append(
                     ThreadUpdateEvent(
                         data=ThreadUpdateData(
-                            cycle_id=new_id("cycle_"),
+                            cycle_id=result.cycle_id or new_id("cycle_"),
                             thread_id=step.thread_id,
                             old_title=old,
                             new_title=result.thread_title,
@@ -605,6 +610,7 @@ class ObservationalMemory:
             await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in,
                                      f"{type(exc).__name__}: {exc}", buffering)
             return None
+        result.cycle_id = cycle_id
         duration = (time.perf_counter() - started) * 1000
         failures = result.failures or None
         values = result.extracted or None
@@ -1356,6 +1362,10 @@ class ObservationalMemory:
     @staticmethod
     def _pending_from_background(event: OMEvent) -> bool:
         return event.type.startswith("data-om-buffering-")
+
+
+def _is_marker(message: BaseMessage) -> bool:
+    return message.additional_kwargs.get("langchain_om_kind") == MARKER_KIND
 
 
 def _pins_human(messages: Sequence[BaseMessage], cut: int) -> str | None:

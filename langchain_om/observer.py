@@ -343,6 +343,10 @@ How to write observations:
   what matters about them if you can see them, otherwise note that they were
   shared.
 - Lines like "--- 3 hours later ---" mark time gaps; use them to place events.
+- A transcript may hold several conversations (threads) of the same user, each
+  under a header line "=== Thread <label> ===". Then write each thread's notes
+  under the same header line, inside <observations>, with its own Date lines,
+  so every note can be traced back to its thread.
 - Never invent anything. If something is unclear, note it as unclear.
 - Be concise: one fact per bullet; merge repeated statements of the same fact.
 - Do not repeat observations that are already in the previous observations; only

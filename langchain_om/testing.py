@@ -276,43 +276,25 @@ class ScriptedObserverModel(_ScriptedBase):
     # -- observer ---------------------------------------------------------------------------
 
     def observe(self, prompt: str, slugs: Sequence[str] = (), want_title: bool = False) -> str:
-        """Observations for the transcript inside ``prompt``."""
-        entries = _parse_transcript(_section(prompt, "transcript") or prompt)
-        days: dict[str, list[str]] = {}
-        users = [e for e in entries if e.speaker == "user"]
-        pending: list[_Entry] = []
-
-        def flush() -> None:
-            if not pending:
-                return
-            first = pending[0]
-            replies = [e.text for e in pending if e.speaker == "assistant"]
-            tools = [e.text.split("(", 1)[0] for e in pending if e.speaker == "tool_call"]
-            parts: list[str] = []
-            if tools:
-                parts.append("used tool " + ", ".join(dict.fromkeys(tools)))
-            if replies:
-                parts.append("replied: " + _short(replies[-1], 110))
-            mark = "🟡" if tools else "🟢"
-            days.setdefault(first.day, []).append(f"* {mark} ({first.time}) Assistant {'; '.join(parts)}")
-            pending.clear()
-
-        for entry in entries:
-            if entry.speaker == "user":
-                flush()
-                plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text)
-                mark = "🔴" if _IMPORTANT_WORDS.search(plain) else "🟡"
-                days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) User said: {_short(entry.text, 160)}")
-            elif entry.speaker in ("assistant", "tool_call", "tool_result"):
-                if entry.speaker != "tool_result":
-                    pending.append(entry)
-        flush()
-        if not days:
-            days.setdefault(datetime.now().strftime("%Y-%m-%d"), []).append("* 🟢 (00:00) Nothing to observe.")
-        blocks = [f"Date: {day} ({_weekday(day)})\n" + "\n".join(lines) for day, lines in days.items()]
+        """Observations for the transcript inside ``prompt``; a multi-thread transcript gets one
+        ``=== Thread <label> ===`` section per thread, as the Observer prompt asks."""
+        transcript = _section(prompt, "transcript") or prompt
+        headers = list(_THREAD_HEADER.finditer(transcript))
+        if headers:
+            sections = [(m.group(1), transcript[m.end(): nxt.start() if nxt else len(transcript)])
+                        for m, nxt in zip(headers, [*headers[1:], None], strict=True)]
+        else:
+            sections = [(None, transcript)]
+        bodies: list[str] = []
+        users: list[_Entry] = []
+        for label, text in sections:
+            blocks, section_users = _observe_entries(_parse_transcript(text))
+            users.extend(section_users)
+            body = "\n\n".join(blocks)
+            bodies.append(f"=== Thread {label} ===\n{body}" if label else body)
         last_user = _short(users[-1].text, 120) if users else "continue the conversation"
         out = [
-            "<observations>\n" + "\n\n".join(blocks) + "\n</observations>",
+            "<observations>\n" + "\n\n".join(bodies) + "\n</observations>",
             f"<current-task>Respond to the user's latest message: {last_user}</current-task>",
             f"<suggested-response>Continue by addressing: {last_user}</suggested-response>",
         ]
@@ -440,3 +422,41 @@ def scripted_om_models(**kwargs: Any) -> Mapping[str, ScriptedObserverModel]:
     """One scripted model for both roles (convenience for demos)."""
     model = ScriptedObserverModel(**kwargs)
     return {"observer": model, "reflector": model}
+
+
+_THREAD_HEADER = re.compile(r"^=== Thread (\S+) ===$", re.MULTILINE)
+
+
+def _observe_entries(entries: Sequence[_Entry]) -> tuple[list[str], list[_Entry]]:
+    """Dated blocks of rule-based observations for one thread's transcript entries."""
+    days: dict[str, list[str]] = {}
+    users = [e for e in entries if e.speaker == "user"]
+    pending: list[_Entry] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        first = pending[0]
+        replies = [e.text for e in pending if e.speaker == "assistant"]
+        tools = [e.text.split("(", 1)[0] for e in pending if e.speaker == "tool_call"]
+        parts: list[str] = []
+        if tools:
+            parts.append("used tool " + ", ".join(dict.fromkeys(tools)))
+        if replies:
+            parts.append("replied: " + _short(replies[-1], 110))
+        mark = "🟡" if tools else "🟢"
+        days.setdefault(first.day, []).append(f"* {mark} ({first.time}) Assistant {'; '.join(parts)}")
+        pending.clear()
+
+    for entry in entries:
+        if entry.speaker == "user":
+            flush()
+            plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text)
+            mark = "🔴" if _IMPORTANT_WORDS.search(plain) else "🟡"
+            days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) User said: {_short(entry.text, 160)}")
+        elif entry.speaker in ("assistant", "tool_call"):
+            pending.append(entry)
+    flush()
+    if not days:
+        days.setdefault(datetime.now().strftime("%Y-%m-%d"), []).append("* 🟢 (00:00) Nothing to observe.")
+    return [f"Date: {day} ({_weekday(day)})\n" + "\n".join(lines) for day, lines in days.items()], users

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from om_fakes import OBSERVATION, REFLECTION, CallableFake, conversation, is_reflector_prompt
+from pydantic import Field
 
 from langchain_om.config import OMConfigError
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
@@ -148,7 +149,7 @@ async def test_observer_exception_degrades_to_failure_event() -> None:
 class HangingFake(CallableFake):
     """Hangs (as a stuck provider would) on the call indexes in ``hang_on``."""
 
-    hang_on: list[int] = []
+    hang_on: list[int] = Field(default_factory=list)
 
     async def _agenerate(self, messages: list[BaseMessage], *a: Any, **k: Any) -> Any:
         if len(self.prompts) in self.hang_on:

@@ -309,6 +309,8 @@ async def test_thread_title_updates_the_thread_only_when_enabled() -> None:
     contexts = await observe_once(om)
     update = end_event(contexts, "data-om-thread-update")
     assert update.data.new_title == "Cat food" and update.data.old_title is None  # type: ignore[attr-defined]
+    observed = end_event(contexts, "data-om-observation-end")
+    assert update.data.cycle_id == observed.data.cycle_id, "the title update belongs to its observation cycle"  # type: ignore[attr-defined]
     assert update.to_part()["data"]["newTitle"] == "Cat food"
     assert "thread title" in observer_text(model.prompts()[0]).lower() or "thread-title" in observer_text(
         model.prompts()[0])

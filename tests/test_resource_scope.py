@@ -49,11 +49,13 @@ async def test_observations_shared_across_threads() -> None:
     assert record.thread_id is None and record.scope == "resource"
     assert record.last_observed_seq == {"alpha": 6, "beta": 6}
     assert len(observer_prompts(model)) == 1  # both threads fit one batch
-    # the scripted Observer does not split its reply by thread: one group covering both threads,
-    # pointing at the current thread's range
-    (group,) = record.groups
-    assert (group.thread_id, group.start_id, group.end_id) == ("beta", "beta-h0", "beta-a2")
-    assert sorted(group.thread_ids) == ["alpha", "beta"]
+    # the Observer answers per "=== Thread <label> ===" section: one group per thread, each
+    # pointing at that thread's own message range and holding only that thread's notes
+    spans = sorted((g.thread_id, g.start_id, g.end_id) for g in record.groups)
+    assert spans == [("alpha", "alpha-h0", "alpha-a2"), ("beta", "beta-h0", "beta-a2")]
+    by_thread = {g.thread_id: g.text for g in record.groups}
+    assert "alpha question 0" in by_thread["alpha"] and "beta" not in by_thread["alpha"]
+    assert by_thread["beta"].startswith("Date:")
     # a third thread of the same user sees what was learnt in the other two
     ctx = await om.aprocess("gamma", chat("gamma", 1), resource_id="u1", now=T0)
     text = str(ctx.system_message.content if ctx.system_message else "")
@@ -62,6 +64,18 @@ async def test_observations_shared_across_threads() -> None:
     # another user shares nothing
     other = await om.aprocess("delta", chat("delta", 1), resource_id="u2", now=T0)
     assert other.system_message is None
+
+
+async def test_a_reply_without_thread_sections_becomes_one_group_for_all_threads() -> None:
+    from om_fakes import OBSERVATION, CallableFake
+
+    om = resource_om(CallableFake(fn=lambda _m: OBSERVATION))
+    await om.aon_turn_end("alpha", chat("alpha", 3), resource_id="u1")
+    await om.aon_turn_end("beta", chat("beta", 3), resource_id="u1")
+    record = await om.aobserve("beta", resource_id="u1")
+    (group,) = record.groups  # anchored on the current thread's range, listing every thread
+    assert (group.thread_id, group.start_id, group.end_id) == ("beta", "beta-h0", "beta-a2")
+    assert sorted(group.thread_ids) == ["alpha", "beta"]
 
 
 async def test_thread_ids_are_obscured_in_the_observer_transcript() -> None:

@@ -117,3 +117,18 @@ async def test_recall_labels_markers() -> None:
     result = await om.recall_tool(thread_id="t").ainvoke({})
     assert isinstance(result, dict)
     assert "· time-gap ·" in result["messages"] and "5 hours later" in result["messages"]
+
+
+async def test_a_synchronous_cut_keeps_the_marker_with_its_message() -> None:
+    om = om_with(observation={"message_tokens": 200, "buffer_tokens": False}, token_counter="estimator")
+    filler = " ".join(f"word{i}" for i in range(80))
+    late = T0 + timedelta(hours=3)
+    msgs = [human(f"plan the trip {filler}", "m1", T0), ai(f"sure {filler}", "m2", T0 + timedelta(seconds=5)),
+            human("and the return leg?", "m3", late)]
+    ctx = await om.aprocess("t", msgs, now=late)
+    assert any(e.type == "data-om-observation-end" for e in ctx.events)
+    kept = list(ctx.messages)
+    assert kept[-1].id == "m3"
+    assert len(kept) == 2 and "<time-gap>" in str(kept[0].content), "the marker stays in front of m3"
+    stored = await om.store.aget_messages("t", "t")  # no resource id given: the thread is its own resource
+    assert [m.id for m in stored if m.observed] == ["m1", "m2"]
