@@ -94,7 +94,10 @@ logger = logging.getLogger("langchain_om")
 SectionProvider = Callable[["ObservationalMemory", OMRecord, str, str], Awaitable[str | None]]
 MessageListener = Callable[["ObservationalMemory", str, str, list[StoredMessage]], Awaitable[None]]
 """Called with ``(om, resource_id, thread_id, inserted_rows)`` after new messages are stored."""
-_MESSAGE_CACHE_PER_THREAD = 512
+_MESSAGE_CACHE_PER_THREAD = 2048
+# In-process caches (known ids, parsed messages, windows) are kept for this many recently used
+# threads, so a long-lived server with many conversations does not grow without bound.
+_THREAD_CACHE_LIMIT = 512
 _MAX_COMMIT_RETRIES = 5
 Phase = Literal["activate", "observe", "reflect"]
 PHASES: tuple[Phase, ...] = ("activate", "observe", "reflect")
@@ -143,6 +146,16 @@ class _CycleResult:
     usage: dict[str, Any] | None
     provider_metadata: dict[str, Any] | None
     cycle_id: str | None = None  # set by the cycle that produced it; follow-up events share it
+
+
+@dataclass
+class _WindowCache:
+    """The unobserved rows of one thread as last read (see ``ObservationalMemory._window``)."""
+
+    record_id: str
+    after: int
+    newest: int
+    rows: list[StoredMessage]
 
 
 @dataclass
@@ -214,6 +227,8 @@ class ObservationalMemory:
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
         self._known_ids: dict[str, set[str]] = {}
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
+        self._windows: dict[str, _WindowCache] = {}
+        self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._step_numbers: dict[str, int] = {}
         self.section_providers: list[SectionProvider] = []
@@ -268,6 +283,7 @@ class ObservationalMemory:
         """Store the messages not stored yet. Scans from the newest back to the first known id,
         so a step costs O(new messages), not O(history)."""
         cache_key = record_key(resource_id, thread_id)
+        self._touch_thread(cache_key)
         known = self._known_ids.get(cache_key)
         if known is None:
             stored = await self.store.aget_messages(resource_id, thread_id)
@@ -308,6 +324,16 @@ class ObservationalMemory:
             cache.popitem(last=False)
         return inserted
 
+    def _touch_thread(self, cache_key: str) -> None:
+        """Mark a thread as recently used; drop the caches of the least recently used beyond the limit."""
+        self._recent_threads[cache_key] = None
+        self._recent_threads.move_to_end(cache_key)
+        while len(self._recent_threads) > _THREAD_CACHE_LIMIT:
+            old, _ = self._recent_threads.popitem(last=False)
+            self._known_ids.pop(old, None)
+            self._message_cache.pop(old, None)
+            self._windows.pop(old, None)
+
     async def _before_store(self, resource_id: str, thread_id: str, rows: list[NewMessage]) -> list[NewMessage]:
         """Extension point before rows are written (temporal markers insert rows here)."""
         if not self.config.temporal_markers:
@@ -323,6 +349,11 @@ class ObservationalMemory:
         message = load_message(stored.data)
         if not message.id:
             message.id = stored.id
+        if cache is None:
+            cache = self._message_cache.setdefault(record_key(resource_id, stored.thread_id), OrderedDict())
+        cache[stored.id] = message  # the window is rebuilt every step: parse each stored row once
+        while len(cache) > _MESSAGE_CACHE_PER_THREAD:
+            cache.popitem(last=False)
         return message
 
     async def _load_record(self, resource_id: str, thread_id: str) -> OMRecord:
@@ -338,10 +369,32 @@ class ObservationalMemory:
                 raise
             return existing
 
-    async def _window(self, record: OMRecord, resource_id: str, thread_id: str) -> list[StoredMessage]:
-        """Unobserved messages of the thread, oldest first."""
+    async def _window(
+        self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True
+    ) -> list[StoredMessage]:
+        """Unobserved messages of the thread, oldest first.
+
+        Messages are append-only and ``seq`` grows under the store's per-thread lock, so the
+        window is the cached rows past ``last_observed_seq`` plus whatever was stored after the
+        newest cached row (by this or another worker). A step reads only its new rows: its cost
+        stays flat in the history length. The cache is keyed by record id, so a deleted and
+        recreated thread starts over.
+        """
         after = record.last_observed_seq.get(thread_id, 0)
-        return await self.store.aget_messages(resource_id, thread_id, after_seq=after)
+        key = record_key(resource_id, thread_id)
+        cached = self._windows.get(key)
+        if cached is None or cached.record_id != record.id or cached.after > after:
+            rows = await self.store.aget_messages(resource_id, thread_id, after_seq=after)
+            newest = rows[-1].seq if rows else after
+        else:
+            # refresh=False: later in the same step, under the thread lock, nothing new to read
+            newest = max(cached.newest, after)
+            rows = [m for m in cached.rows if m.seq > after]
+            if refresh:
+                rows.extend(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
+            newest = rows[-1].seq if rows else newest
+        self._windows[key] = _WindowCache(record.id, after, newest, rows)
+        return list(rows)
 
     # ------------------------------------------------------------- main step
 
@@ -367,7 +420,8 @@ class ObservationalMemory:
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
         moment = now or self._clock()
-        await self.store.aensure_thread(resource, thread_id)
+        if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here
+            await self.store.aensure_thread(resource, thread_id)
         await self._persist(resource, thread_id, messages, moment)
         key = record_key(resource, self._record_thread(thread_id))
         step = _StepState(resource, thread_id, key, moment, [], current_model, config)
@@ -382,7 +436,7 @@ class ObservationalMemory:
                 except OMAborted as exc:
                     aborted = str(exc)
                     record = await self._load_record(resource, thread_id)
-            window = await self._window(record, resource, thread_id)
+            window = await self._window(record, resource, thread_id, refresh=False)
             closes_step = "reflect" in run
             if closes_step:
                 self._step_numbers[key] = self._step_numbers.get(key, 0) + 1
@@ -410,11 +464,11 @@ class ObservationalMemory:
     ) -> OMRecord:
         cfg = self.config
         obs = cfg.observation
-        window = await self._window(record, step.resource_id, step.thread_id)
+        window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
         tokens = sum(m.tokens for m in window)
         if cfg.buffering_enabled and "activate" in phases:
             record = await self._maybe_activate(step, record, window, tokens)
-            window = await self._window(record, step.resource_id, step.thread_id)
+            window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
             tokens = sum(m.tokens for m in window)
         limit = self._message_limit(record)
         failed_before = bool(record.metadata.get("buffering_failed"))
@@ -1232,6 +1286,7 @@ class ObservationalMemory:
             cache_key = record_key(resource, thread_id)
             self._known_ids.pop(cache_key, None)
             self._message_cache.pop(cache_key, None)
+            self._windows.pop(cache_key, None)
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
 

@@ -373,3 +373,28 @@ def test_restart_persistence_in_a_new_process(tmp_path: Path) -> None:
     assert two["system"] and two["system"].startswith(one["system"][:200])
     assert two["ids"][-1] == "h10"
     assert "h0" not in two["ids"]
+
+
+async def test_window_cache_sees_other_workers_messages_and_observations(tmp_path: Path) -> None:
+    """Two OM instances (two workers) on one SQLite file: each step's window includes what the
+    other stored, and an observation committed by one shrinks the other's window."""
+    path = tmp_path / "shared.db"
+    one = make_om(SQLiteStore(path), CallableFake(fn=lambda _m: OBSERVATION))
+    two = make_om(SQLiteStore(path), CallableFake(fn=lambda _m: OBSERVATION))
+    histories = list(conversation(12))
+    ctx = await one.aprocess("t1", histories[0])
+    assert [m.id for m in ctx.messages] == ["h0"]
+    ctx = await two.aprocess("t1", histories[1])  # two stores a0 and h1
+    ctx = await one.aprocess("t1", histories[1])
+    assert [m.id for m in ctx.messages] == ["h0", "a0", "h1"], "one's cached window picked up two's rows"
+    for history in histories[2:]:
+        ctx = await two.aprocess("t1", history)
+    assert any(g for g in (await two.aget_record("t1")).groups), "two observed"
+    ctx = await one.aprocess("t1", histories[-1])
+    assert ctx.system_message is not None
+    assert [m.id for m in ctx.messages] == [m.id for m in (await two.aprocess("t1", histories[-1])).messages]
+    await one.adelete_thread("t1")
+    ctx = await one.aprocess("t1", [HumanMessage("fresh start", id="n0")])
+    assert [m.id for m in ctx.messages] == ["n0"]
+    await one.aclose()
+    await two.aclose()

@@ -41,6 +41,7 @@ class InMemoryStore:
         self._threads: dict[str, ThreadInfo] = {}
         self._thread_order: dict[str, int] = {}
         self._messages: dict[str, list[StoredMessage]] = {}
+        self._message_ids: dict[str, set[str]] = {}  # per thread, so an append need not scan the thread
         self._records: dict[str, str] = {}
         self._kv: dict[tuple[str, str, str], str] = {}
         self._counter = itertools.count(1)
@@ -154,6 +155,7 @@ class InMemoryStore:
             del self._threads[thread_id]
             self._thread_order.pop(thread_id, None)
             self._messages.pop(thread_id, None)
+            self._message_ids.pop(thread_id, None)
             self._records.pop(record_key(resource_id, thread_id), None)
 
     # ---- messages -----------------------------------------------------------------------
@@ -171,7 +173,9 @@ class InMemoryStore:
             if thread is None:
                 thread = self._create(resource_id, thread_id, None, None)
             rows = self._messages.setdefault(thread_id, [])
-            seen = {m.id for m in rows}
+            seen = self._message_ids.get(thread_id)
+            if seen is None:
+                seen = self._message_ids[thread_id] = {m.id for m in rows}
             last = rows[-1].seq if rows else 0
             inserted: list[StoredMessage] = []
             for message in batch:
@@ -213,11 +217,9 @@ class InMemoryStore:
         high = u.check_optional_count(before_seq, "before_seq")
         count = u.check_limit(limit)
         with self._lock:
-            rows = [
-                m
-                for m in self._thread_messages(resource_id, thread_id)
-                if m.seq > low and (high is None or m.seq < high)
-            ]
+            # seq is 1, 2, 3, ... in list order, so the range is a slice
+            thread_rows = self._thread_messages(resource_id, thread_id)
+            rows = thread_rows[low: (len(thread_rows) if high is None else max(low, high - 1))]
             if descending:
                 rows.reverse()
             if count is not None:
