@@ -417,8 +417,10 @@ class ExtractionPipeline:
         model_context = {"thread_id": ctx["thread_id"], "resource_id": ctx["resource_id"], "role": role,
                          "input_tokens": input_tokens, "memory": memory, "purpose": "extraction",
                          "slug": extractor.slug}
+        options = (memory.config.observation if source == "observation" else memory.config.reflection).provider_options
         chain = await aresolve_chat_model(spec if spec is not None else "default", input_tokens=input_tokens,
-                                          context=model_context)
+                                          context=model_context, settings=memory.config.model_settings(source),
+                                          provider_options=options)
         config: RunnableConfig = {"tags": [TAG_NOSTREAM, "langchain_om", f"om_{role}_extract"],
                                   "run_name": f"om_extract_{extractor.slug}"}
         last: Exception | None = None

@@ -334,11 +334,54 @@ def resolve_chat_model(
 
 
 async def aresolve_chat_model(
-    spec: Any, *, input_tokens: int, context: Mapping[str, Any] | None = None
+    spec: Any,
+    *,
+    input_tokens: int,
+    context: Mapping[str, Any] | None = None,
+    settings: ModelSettings | None = None,
+    provider_options: Mapping[str, Any] | None = None,
 ) -> list[tuple[ChatRunnable, int]]:
-    """Async twin of ``resolve_chat_model``; callables may be ``async``."""
+    """Async twin of ``resolve_chat_model``; callables may be ``async``.
+
+    With ``settings`` / ``provider_options`` each model comes back configured with them: strings
+    are instantiated with them, instances are copied with the fields they declare. A copy, not
+    ``bind()``, because ``with_structured_output`` on a binding drops the bound kwargs.
+    """
     links = await _expand_async(spec, input_tokens=input_tokens, context=context or {}, retries=0, depth=0)
-    return [(_instantiate(link, None, {}), link.retries) for link in links]
+    options = dict(provider_options or {})
+    chain: list[tuple[ChatRunnable, int]] = []
+    for link in links:
+        model = _instantiate(link, settings, options)
+        if not isinstance(link.spec, str):
+            model = configured_copy(model, settings, options)
+        chain.append((model, link.retries))
+    return chain
+
+
+def configured_copy(model: ChatRunnable, settings: ModelSettings | None, provider_options: Mapping[str, Any]) -> Any:
+    """A copy of a chat model instance with OM's generation settings set on the fields it declares;
+    provider options it has no field for go into its ``model_kwargs`` when it has one."""
+    if not isinstance(model, BaseChatModel) or (settings is None and not provider_options):
+        return model
+    fields = type(model).model_fields
+    update: dict[str, Any] = {}
+    if settings is not None:
+        if settings.temperature is not None and "temperature" in fields:
+            update["temperature"] = settings.temperature
+        if settings.max_output_tokens is not None:
+            for name in ("max_output_tokens", "max_tokens"):
+                if name in fields:
+                    update[name] = settings.max_output_tokens
+                    break
+    extra: dict[str, Any] = {}
+    for key, value in provider_options.items():
+        if key in fields:
+            update[key] = value
+        else:
+            extra[key] = value
+    if extra and "model_kwargs" in fields:
+        update["model_kwargs"] = {**(getattr(model, "model_kwargs", None) or {}), **extra}
+    return model.model_copy(update=update) if update else model
 
 
 # --------------------------------------------------------------------------- identity and capabilities

@@ -249,6 +249,18 @@ async def test_on_extracted_replaces_values_and_failures_are_isolated() -> None:
     assert "budget" not in record.metadata["om"]["extracted"]
 
 
+async def test_structured_follow_up_gets_the_role_settings_and_provider_options() -> None:
+    model = RecordingModel(fn=lambda _m: observer_reply(), structured=structured_answer)
+    profile = Extractor("User profile", "Stable profile facts.", schema=Profile)
+    om = make_om(model, observation={"extract": [profile], "provider_options": {"max_tokens": 999},
+                                     "model_settings": {"temperature": 0.6}})
+    await observe_once(om)
+    follow_up = model.structured_calls()[0]
+    assert follow_up["temperature"] == 0.6
+    assert follow_up["max_tokens"] == 999  # a provider option the model declares as a field
+    assert model.temperature is None, "the user's model instance is not mutated"
+
+
 async def test_failing_structured_call_is_reported_and_others_are_kept() -> None:
     def broken(name: str, _m: list[BaseMessage]) -> dict[str, Any]:
         raise RuntimeError("structured output unavailable")
