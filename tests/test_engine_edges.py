@@ -1,0 +1,65 @@
+"""Engine edge cases: OM switched off, the tokenizer named in status, degenerate Reflector output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from om_fakes import OBSERVATION, CallableFake, conversation, is_reflector_prompt
+
+from langchain_om.engine import ObservationalMemory
+from langchain_om.store.memory import InMemoryStore
+from langchain_om.tokens import EstimatorCounter, TiktokenCounter, load_o200k_encoding
+
+
+def make_om(model: Any, **overrides: Any) -> ObservationalMemory:
+    options: dict[str, Any] = {
+        "observation": {"message_tokens": 400, "buffer_tokens": False},
+        "reflection": {"observation_tokens": 10_000},
+        "token_counter": "estimator",
+    }
+    options.update(overrides)
+    return ObservationalMemory(InMemoryStore(), model=model, **options)
+
+
+async def test_disabled_memory_stores_but_never_observes() -> None:
+    model = CallableFake(fn=lambda _m: OBSERVATION)
+    om = make_om(model, enabled=False)
+    history: list[BaseMessage] = []
+    for history in conversation(12):
+        ctx = await om.aprocess("t1", history)
+    assert model.prompts == [], "no OM model call while disabled"
+    assert ctx.system_message is None
+    assert [m.id for m in ctx.messages] == [m.id for m in history], "the history passes through unchanged"
+    stored = await om.store.aget_messages("t1", "t1")
+    assert len(stored) == len(history), "messages are still stored, so turning OM on later loses nothing"
+
+
+@pytest.mark.parametrize("kind", ["estimator", "tiktoken"])
+async def test_status_names_the_tokenizer_in_use(kind: str) -> None:
+    if kind == "tiktoken" and load_o200k_encoding() is None:
+        pytest.skip("no o200k_base encoding on this machine")
+    om = make_om(CallableFake(fn=lambda _m: OBSERVATION), token_counter=kind)
+    expected = EstimatorCounter if kind == "estimator" else TiktokenCounter
+    assert isinstance(om.counter, expected)
+    ctx = await om.aprocess("t1", list(conversation(1))[-1])
+    assert ctx.status.tokenizer == om.counter.source
+    assert (kind == "estimator") == ("estimat" in str(ctx.status.tokenizer).lower())
+
+
+@pytest.mark.parametrize("garbage", ["", "Sorry, I cannot summarise that.", "<observations>\n</observations>"])
+async def test_degenerate_reflector_output_keeps_the_log(garbage: str) -> None:
+    def respond(messages: list[BaseMessage]) -> str:
+        return garbage if is_reflector_prompt(messages) else OBSERVATION
+
+    om = make_om(CallableFake(fn=respond), reflection={"observation_tokens": 90})
+    events = []
+    for history in conversation(12):
+        events.extend((await om.aprocess("t1", history)).events)
+    failed = [e for e in events if e.type == "data-om-observation-failed"]
+    assert failed and all(e.data.operation_type == "reflection" for e in failed)
+    record = await om.aget_record("t1")
+    assert record.generation_count == 0, "nothing degenerate was committed"
+    assert record.groups and all(g.source == "observation" for g in record.groups)
+    assert "Miso" in record.observations
