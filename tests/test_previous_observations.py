@@ -95,3 +95,4 @@ async def test_pending_buffered_reflection_summary_replaces_the_lines_it_covers(
     om, model = await seeded_om(250, pending=True)
     prompt = await observer_prompt(om, model)
     assert "fact-0-0" not in prompt and "fact-5-11" in prompt
+    assert "SUMMARY-OF-FIRST-FOUR-DAYS" in prompt, "the summary is a 🔴 line, so it survives the cut"
