@@ -33,29 +33,26 @@ logger = logging.getLogger("langchain_om.callbacks")
 
 
 def _stream_writer(config: RunnableConfig | None) -> Any:
-    """LangGraph's custom-stream writer for the current node, if we are inside one."""
+    """LangGraph's custom-stream writer for the current node, if we are inside one.
+
+    The public ``get_stream_writer()`` reads the node's context; when OM is called with an
+    explicit config outside that context (a sync twin on OM's own loop, say), the writer is
+    looked up in that config's runtime instead.
+    """
+    try:
+        from langgraph.config import get_stream_writer
+
+        return get_stream_writer()
+    except Exception:  # not inside a LangGraph node's context
+        pass
+    if config is None:
+        return None
     try:
         from langgraph._internal._constants import CONFIG_KEY_RUNTIME
-    except ImportError:  # pragma: no cover - older layout
-        try:
-            from langgraph.constants import CONFIG_KEY_RUNTIME  # type: ignore[no-redef]
-        except ImportError:
-            return None
-    candidates: list[Any] = []
-    if config is not None:
-        candidates.append(config)
-    try:
-        from langgraph.config import get_config
-
-        candidates.append(get_config())
-    except Exception:
-        pass
-    for candidate in candidates:
-        runtime = (candidate.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
-        writer = getattr(runtime, "stream_writer", None)
-        if writer is not None:
-            return writer
-    return None
+    except ImportError:  # pragma: no cover - a LangGraph without this layout
+        return None
+    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    return getattr(runtime, "stream_writer", None)
 
 
 async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
