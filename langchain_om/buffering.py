@@ -56,14 +56,24 @@ def removal_target(current_tokens: int, obs: ObservationConfig) -> int:
 def select_chunks(
     chunks: Sequence[BufferedChunk], current_tokens: int, obs: ObservationConfig
 ) -> list[BufferedChunk]:
-    """The shortest prefix of chunks (oldest first) whose messages reach the removal target.
+    """The prefix of chunks (oldest first) an activation takes; always on chunk boundaries.
 
-    Activation happens only on chunk boundaries; when all chunks together fall short, all go.
+    A ratio removes at least that share of ``message_tokens``: the shortest prefix reaching the
+    target (all chunks when together they fall short). An absolute value (>= 1000) is tokens to
+    *keep*, so the cut lands at or before the target: the longest prefix that still leaves that
+    many tokens, and at least the first chunk, since an activation must make progress.
     """
     ordered = sorted(chunks, key=lambda chunk: chunk.start_seq)
     target = removal_target(current_tokens, obs)
     chosen: list[BufferedChunk] = []
     removed = 0
+    if obs.buffer_activation > 1:
+        for chunk in ordered:
+            if chosen and removed + chunk.message_tokens > target:
+                break
+            chosen.append(chunk)
+            removed += chunk.message_tokens
+        return chosen
     for chunk in ordered:
         chosen.append(chunk)
         removed += chunk.message_tokens
