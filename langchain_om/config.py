@@ -481,6 +481,10 @@ class OMConfig(_Strict):
         own: Duration = self.reflection.activate_after_idle
         return own if own is not None else False
 
+    def reflection_activates_on_provider_change(self) -> bool:
+        """Reflection never inherits the top-level value either: it must be set on ``reflection``."""
+        return self.reflection.activate_on_provider_change
+
     def uses_default_model(self, which: Literal["observation", "reflection"]) -> bool:
         spec = self.model_spec(which)
         return spec is None or spec == "default" or hasattr(spec, "get_thresholds")

@@ -99,6 +99,10 @@ _MESSAGE_CACHE_PER_THREAD = 2048
 # threads, so a long-lived server with many conversations does not grow without bound.
 _THREAD_CACHE_LIMIT = 512
 _MAX_COMMIT_RETRIES = 5
+# record.metadata flags set when background work failed: the next threshold crossing then runs the
+# synchronous cycle at once instead of waiting for block_after (the page's fallback)
+_OBSERVATION_FAILED = "buffering_failed"
+_REFLECTION_FAILED = "reflection_buffering_failed"
 Phase = Literal["activate", "observe", "reflect"]
 PHASES: tuple[Phase, ...] = ("activate", "observe", "reflect")
 
@@ -167,6 +171,9 @@ class _StepState:
     events: list[OMEvent]
     current_model: str | None
     config: RunnableConfig | None
+    # the unobserved window as the step found it (before any activation): idle and provider-change
+    # checks of both observation and reflection measure against it
+    arrival_window: list[StoredMessage] | None = None
 
 
 class ObservationalMemory:
@@ -465,13 +472,15 @@ class ObservationalMemory:
         cfg = self.config
         obs = cfg.observation
         window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
+        if step.arrival_window is None:
+            step.arrival_window = window
         tokens = sum(m.tokens for m in window)
         if cfg.buffering_enabled and "activate" in phases:
             record = await self._maybe_activate(step, record, window, tokens)
             window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
             tokens = sum(m.tokens for m in window)
         limit = self._message_limit(record)
-        failed_before = bool(record.metadata.get("buffering_failed"))
+        failed_before = bool(record.metadata.get(_OBSERVATION_FAILED))
         must_block = tokens > limit and (
             not cfg.buffering_enabled or tokens > obs.block_after_tokens() or failed_before
         )
@@ -538,7 +547,7 @@ class ObservationalMemory:
             if result is None:
                 return record
             updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=_pins_human(lc, cut))
-            updated.metadata.pop("buffering_failed", None)
+            updated.metadata.pop(_OBSERVATION_FAILED, None)
             try:
                 committed = await self.store.acommit_record(
                     updated, expected_version=record.version, mark_observed={step.thread_id: chosen[-1].seq}
@@ -898,13 +907,11 @@ class ObservationalMemory:
         except OMAborted as exc:
             logger.warning("langchain-om buffering aborted: %s", exc)
             result = None
+        if result is None:
+            await self._flag_failure(step, _OBSERVATION_FAILED)
+            return
         async with self._lock(step.key):
             record = await self._load_record(step.resource_id, step.thread_id)
-            if result is None:
-                updated = record.model_copy(deep=True)
-                updated.metadata["buffering_failed"] = True
-                await self._commit_quietly(updated, record.version)
-                return
             start_after = max(
                 [record.last_observed_seq.get(step.thread_id, 0), *[c.end_seq for c in record.buffered_chunks]]
             )
@@ -926,8 +933,20 @@ class ObservationalMemory:
                 self.extraction_pipeline.persist(updated, custom)
                 chunk.extracted = {k: v for k, v in result.extracted.items() if k in BUILTIN_SLUGS}
             updated.buffered_chunks.append(chunk)
-            updated.metadata.pop("buffering_failed", None)
+            updated.metadata.pop(_OBSERVATION_FAILED, None)
             await self._commit_quietly(updated, record.version)
+
+    async def _flag_failure(self, step: _StepState, flag: str) -> None:
+        """Record that background work failed (retried on a concurrent commit, so it is not lost)."""
+        async with self._lock(step.key):
+            for _attempt in range(_MAX_COMMIT_RETRIES):
+                record = await self._load_record(step.resource_id, step.thread_id)
+                if record.metadata.get(flag) is True:
+                    return
+                updated = record.model_copy(deep=True)
+                updated.metadata[flag] = True
+                if await self._commit_quietly(updated, record.version):
+                    return
 
     async def _commit_quietly(self, record: OMRecord, version: int) -> bool:
         try:
@@ -945,23 +964,47 @@ class ObservationalMemory:
         obs = self.config.observation
         if tokens > self._message_limit(record):
             return await self._activate_chunks(step, record, window, select_chunks(chunks, tokens, obs), "threshold")
-        ttl = idle_ttl_ms(self.config.observation_idle_ms(), _provider_of(step.current_model))
-        last_ai = next((m for m in reversed(window) if m.data.get("type") == "ai"), None)
-        if ttl is not None and last_ai is not None:
-            # idle = the gap between the last response and the message that arrives now; a replayed
-            # or imported message carries its own timestamp, which beats the wall clock
-            newest = window[-1]
-            arrival = newest.created_at if newest is not last_ai else step.now
-            idle = ms_between(last_ai.created_at, arrival)
-            if idle >= ttl:
-                return await self._activate_chunks(step, record, window, chunks, "ttl",
-                                                   last_activity=last_ai.created_at, ttl_expired_ms=idle - ttl)
-        if self.config.observation_activates_on_provider_change() and step.current_model and last_ai is not None:
-            previous = model_identity(self._as_langchain(step.resource_id, last_ai))
-            if previous and _normalise_model_id(previous) != _normalise_model_id(step.current_model):
+        expired = self._idle_expired(step, self.config.observation_idle_ms())
+        if expired is not None:
+            last_activity, over_ms = expired
+            return await self._activate_chunks(step, record, window, chunks, "ttl",
+                                               last_activity=last_activity, ttl_expired_ms=over_ms)
+        if self.config.observation_activates_on_provider_change():
+            previous = self._changed_provider(step)
+            if previous is not None:
                 return await self._activate_chunks(step, record, window, chunks, "provider_change",
                                                    previous_model=previous)
         return record
+
+    def _last_ai(self, step: _StepState) -> StoredMessage | None:
+        window = step.arrival_window or []
+        return next((m for m in reversed(window) if m.data.get("type") == "ai"), None)
+
+    def _idle_expired(self, step: _StepState, setting: Any) -> tuple[datetime, float] | None:
+        """``(last activity, ms past the TTL)`` when the idle TTL of ``setting`` has expired, else None.
+
+        Idle is the gap between the last AI message and the message that arrives now; a replayed or
+        imported message carries its own timestamp, which beats the wall clock.
+        """
+        ttl = idle_ttl_ms(setting, _provider_of(step.current_model))
+        last_ai = self._last_ai(step)
+        if ttl is None or last_ai is None or not step.arrival_window:
+            return None
+        newest = step.arrival_window[-1]
+        arrival = newest.created_at if newest is not last_ai else step.now
+        idle = ms_between(last_ai.created_at, arrival)
+        return (last_ai.created_at, idle - ttl) if idle >= ttl else None
+
+    def _changed_provider(self, step: _StepState) -> str | None:
+        """The previous model (``provider/model``) when the step's model differs from the one that
+        wrote the last AI message, else None."""
+        last_ai = self._last_ai(step)
+        if not step.current_model or last_ai is None:
+            return None
+        previous = model_identity(self._as_langchain(step.resource_id, last_ai))
+        if previous and _normalise_model_id(previous) != _normalise_model_id(step.current_model):
+            return previous
+        return None
 
     async def _activate_chunks(
         self,
@@ -1023,13 +1066,30 @@ class ObservationalMemory:
         ref = self.config.reflection
         obs_tokens = record.observation_tokens
         limit = self._reflection_limit(sum(m.tokens for m in window))
-        if obs_tokens <= limit or not record.groups:
+        if not record.groups:
+            return record
+        pending = record.buffered_reflection if self.config.reflection_buffering_enabled else None
+        if obs_tokens <= limit:
+            if pending is None:
+                return record
+            # standalone-only options; reflection never inherits the top-level ones (page)
+            expired = self._idle_expired(step, self.config.reflection_idle_ms())
+            if expired is not None:
+                last_activity, over_ms = expired
+                return await self._activate_reflection(step, record, pending, "ttl", last_activity=last_activity,
+                                                        ttl_expired_ms=over_ms)
+            if self.config.reflection_activates_on_provider_change():
+                previous = self._changed_provider(step)
+                if previous is not None:
+                    return await self._activate_reflection(step, record, pending, "provider_change",
+                                                           previous_model=previous)
             return record
         if self.config.reflection_buffering_enabled:
-            pending = record.buffered_reflection
             if pending is not None:
                 return await self._activate_reflection(step, record, pending, "threshold")
-            if obs_tokens <= ref.block_after_tokens():
+            # between observation_tokens and block_after only background reflection runs, unless
+            # the last one failed: then this crossing reflects synchronously
+            if obs_tokens <= ref.block_after_tokens() and not record.metadata.get(_REFLECTION_FAILED):
                 return record
         return await self._reflect_sync(step, record, trigger="turn-sync")
 
@@ -1067,6 +1127,7 @@ class ObservationalMemory:
         )
         updated.groups = [reflected, *updated.groups[len(covered):]]
         updated.buffered_reflection = None
+        updated.metadata.pop(_REFLECTION_FAILED, None)
         if result is not None:
             self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
         updated.updated_at = utcnow()
@@ -1136,7 +1197,7 @@ class ObservationalMemory:
                 continue
             extracted, failures = await self._extract("reflection", step, record, parsed, source_text)
             result = _CycleResult(parsed.observations, out_tokens, parsed.current_task, parsed.suggested_response,
-                                  None, extracted, failures, usage, provider_metadata)
+                                  None, extracted, failures, usage, provider_metadata, cycle_id=cycle_id)
             duration = (time.perf_counter() - started) * 1000
             if buffering:
                 push(BufferingEndEvent(data=BufferingEndData(
@@ -1167,8 +1228,10 @@ class ObservationalMemory:
                                                  emit=emit)
         except OMAborted as exc:
             logger.warning("langchain-om reflection buffering aborted: %s", exc)
-            return
+            outcome = None
         if outcome is None:
+            # the buffering-failed event is out; the observations are untouched
+            await self._flag_failure(step, _REFLECTION_FAILED)
             return
         text, in_tokens, out_tokens, result = outcome
         async with self._lock(step.key):
@@ -1186,13 +1249,18 @@ class ObservationalMemory:
                 extracted = {k: v for k, v in extracted.items() if k in BUILTIN_SLUGS}
             updated.buffered_reflection = BufferedReflection(
                 covered_group_ids=group_ids, text=text, input_tokens=in_tokens, output_tokens=out_tokens,
-                extracted=extracted,
+                extracted=extracted, cycle_id=result.cycle_id,
             )
+            updated.metadata.pop(_REFLECTION_FAILED, None)
             await self._commit_quietly(updated, record.version)
 
     async def _activate_reflection(
         self, step: _StepState, record: OMRecord, pending: BufferedReflection,
         triggered_by: Literal["threshold", "ttl", "provider_change"],
+        *,
+        last_activity: datetime | None = None,
+        ttl_expired_ms: float | None = None,
+        previous_model: str | None = None,
     ) -> OMRecord:
         updated = self._apply_reflection(record, pending.covered_group_ids, pending.text, pending.output_tokens, None)
         if updated is not None and pending.extracted:
@@ -1211,7 +1279,11 @@ class ObservationalMemory:
             cycle_id=new_id("cycle_"), operation_type="reflection", activated_at=iso_now(), chunks_activated=1,
             tokens_activated=pending.output_tokens, observation_tokens=committed.observation_tokens,
             messages_activated=0, generation_count=committed.generation_count, observations=pending.text,
-            triggered_by=triggered_by, record_id=committed.id, thread_id=step.thread_id,
+            triggered_by=triggered_by,
+            last_activity_at=int(last_activity.timestamp() * 1000) if last_activity else None,
+            ttl_expired_ms=ttl_expired_ms, previous_model=previous_model,
+            current_model=step.current_model if triggered_by == "provider_change" else None,
+            record_id=committed.id, thread_id=step.thread_id,
             config=ObservationMarkerConfig(**self.config.marker_config()))))
         return committed
 
