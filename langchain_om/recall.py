@@ -16,6 +16,19 @@ the store before they are shown. Bad arguments become a clear tool error (a ``To
 turned into an error ``ToolMessage`` by ``handle_tool_error``), never an exception in the
 agent loop and never another user's data.
 
+Paging (documented choice where the reference page is silent): pages are message ranges by
+position in the thread. With a cursor, ``page=1`` starts at the cursor and ``page=-1`` ends at
+it. Without one, positive pages count from the ``anchor`` (``"end"``: page 1 is the newest) and
+negative pages count back from the newest message whatever the anchor. ``has_next_page`` /
+``has_prev_page`` say whether newer / older messages exist outside the page. ``detail="high"``
+shows a single part per call, the first (filter-matching) part of the first message in the
+page's range, with ``next_call`` (the exact arguments for the next part, which may lie past
+the page: ``{"cursor": id, "part_index": n}``) and a ``hint``; ``part_index`` calls carry the
+same continuation.
+
+Vector search: ``retrieval={"vector": True, "vector_store": vs}``; with ``embeddings`` but no
+``vector_store``, ``install_retrieval`` builds an ``InMemoryVectorStore(embedding=embeddings)``.
+
 Binding: ``om.recall_tool(thread_id=..., resource_id=...)`` binds a conversation; without
 ids the tool reads ``thread_id`` / ``resource_id`` (or ``user_id``) from the run's
 ``config["configurable"]`` at call time, so one static tool object serves every thread of a
@@ -85,19 +98,25 @@ class RecallInput(BaseModel):
     )
     page: int | None = Field(
         None,
-        description="Messages: positive pages go forward from the cursor, negative backward (default 1; 0 "
-        "counts as 1). Threads: 0-based page number (default 0).",
+        description="Messages (default 1; 0 counts as 1): with a cursor, positive pages read forward from it "
+        "(page=1 starts at the cursor), negative pages backward (page=-1 ends at the cursor). Without a "
+        'cursor, positive pages count from the anchor (anchor="start": page=2 is newer than page=1; '
+        'anchor="end": page=1 is the newest messages, page=2 older) and negative pages count back from '
+        "the newest messages (page=-1 is the newest page) whatever the anchor. Threads: 0-based page "
+        "number (default 0).",
     )
     limit: int = Field(DEFAULT_LIMIT, description=f"Items per page (default {DEFAULT_LIMIT}, at most {MAX_LIMIT}).")
     detail: Literal["low", "high"] = Field(
         "low",
         description='"low": truncated text and tool names with part indexes [p0], [p1]; "high": full content '
-        "including tool arguments and results, one part per message with a hint for the rest.",
+        "including tool arguments and results, ONE part per call (the first part on the page) with "
+        "next_call naming the cursor and part_index to ask for next.",
     )
     part_type: PartType | None = Field(None, description="Only show parts of this type (messages mode).")
     tool_name: str | None = Field(None, description="Only show tool calls/results of this tool (messages mode).")
     part_index: int | None = Field(
-        None, description="With cursor: show just this part ([pN]) of the cursor message at full detail."
+        None, description="With cursor: show just this part ([pN]) of the cursor message at full detail "
+        "(next_call names the part after it)."
     )
     before: str | None = Field(None, description='Threads mode: created before this ISO date ("2026-03-15").')
     after: str | None = Field(None, description='Threads mode: created after this ISO date ("2026-03-01").')
@@ -107,7 +126,8 @@ DESCRIPTION = (
     "Recall raw conversation history behind your observations. Observation groups show "
     'range="startId:endId": pass ONE of those ids as cursor to read the original messages '
     "(page=1 reads forward from it, page=-1 backward). mode=\"threads\" lists the user's "
-    "conversations; thread_id reads one of them. detail=\"high\" or part_index shows full content."
+    "conversations; thread_id reads one of them. detail=\"high\" or part_index shows full content, one "
+    "part per call (next_call gives the arguments for the next part)."
 )
 
 
@@ -397,33 +417,87 @@ class _Budget:
 # ----------------------------------------------------------------------------- modes
 
 
-def _render_message(
-    ctx: _Ctx, stored: StoredMessage, args: RecallInput
-) -> tuple[str | None, list[int]]:
-    """Text block for one message under the filters (None when no part matches) and its part indexes."""
-    message = ctx.om._as_langchain(ctx.resource_id, stored)
-    parts = message_parts(message)
-    chosen = [
-        (i, p) for i, p in enumerate(parts)
+def _matching(parts: Sequence[Part], args: RecallInput) -> list[int]:
+    """Indexes of the parts that pass the ``part_type`` / ``tool_name`` filters."""
+    return [
+        i for i, p in enumerate(parts)
         if (args.part_type is None or p.kind == args.part_type)
         and (args.tool_name is None or (p.kind in ("tool-call", "tool-result") and p.tool_name == args.tool_name))
     ]
+
+
+def _header(stored: StoredMessage) -> str:
+    return f"--- message {stored.id} · {_role(stored)} · {_stamp(stored.created_at)}"
+
+
+def _render_message(ctx: _Ctx, stored: StoredMessage, args: RecallInput) -> str | None:
+    """Low-detail text block for one message under the filters (None when no part matches)."""
+    parts = message_parts(ctx.om._as_langchain(ctx.resource_id, stored))
+    chosen = _matching(parts, args)
     if not chosen and (args.part_type or args.tool_name):
-        return None, []
-    header = f"--- message {stored.id} · {_role(stored)} · {_stamp(stored.created_at)}"
+        return None
     if not chosen:
-        return f"{header}\n(no content)", []
-    if args.detail == "low":
-        body = "\n".join(_low(p, i) for i, p in chosen)
-        return f"{header}\n{body}", [i for i, _ in chosen]
-    first_index, first = chosen[0]
-    body = _high(first, first_index)
-    rest = [i for i, _ in chosen[1:]]
-    if rest:
-        more = ", ".join(f"[p{i}]" for i in rest)
-        body += (f"\n(+{len(rest)} more part{'s' if len(rest) != 1 else ''} {more}: call recall with "
-                 f"cursor=\"{stored.id}\" and part_index=N to read one)")
-    return f"{header}\n{body}", [i for i, _ in chosen]
+        return f"{_header(stored)}\n(no content)"
+    return f"{_header(stored)}\n" + "\n".join(_low(parts[i], i) for i in chosen)
+
+
+# High detail reads one part per call; ``next_call`` is the exact arguments for the next one.
+NEXT_SCAN = 20  # messages looked at past the shown one for the next matching part
+
+
+def _call(args: RecallInput, cursor: str, part_index: int | None) -> dict[str, Any]:
+    call: dict[str, Any] = {"cursor": cursor}
+    if part_index is None:
+        call["detail"] = "high"
+    else:
+        call["part_index"] = part_index
+    if args.part_type is not None:
+        call["part_type"] = args.part_type
+    if args.tool_name is not None:
+        call["tool_name"] = args.tool_name
+    return call
+
+
+async def _next_part(
+    ctx: _Ctx, args: RecallInput, stored: StoredMessage, parts: Sequence[Part], index: int
+) -> dict[str, Any] | None:
+    """The call that shows the part after ``[p{index}]`` of ``stored`` in reading order (None at the end)."""
+    later = [i for i in _matching(parts, args) if i > index]
+    if later:
+        return _call(args, stored.id, later[0])
+    rows = await ctx.om.store.aget_messages(ctx.resource_id, stored.thread_id, after_seq=stored.seq,
+                                            limit=NEXT_SCAN + 1)
+    for row in rows[:NEXT_SCAN]:
+        chosen = _matching(message_parts(ctx.om._as_langchain(ctx.resource_id, row)), args)
+        if chosen:
+            return _call(args, row.id, chosen[0])
+    if len(rows) > NEXT_SCAN:  # nothing matched nearby: page on (high detail shows the first match)
+        return _call(args, rows[NEXT_SCAN].id, None)
+    return None
+
+
+def _describe_next(next_call: dict[str, Any] | None, parts: Sequence[Part], args: RecallInput, index: int) -> str:
+    if next_call is None:
+        which = " matching the filters" if args.part_type or args.tool_name else ""
+        return f'detail="high" shows one part per call; this is the last part{which} in this thread.'
+    rendered = ", ".join(f"{key}={json.dumps(value)}" for key, value in next_call.items())
+    rest = [i for i in _matching(parts, args) if i > index]
+    where = (f"{len(rest)} more part{'s' if len(rest) != 1 else ''} in this message: "
+             + ", ".join(f"[p{i}]" for i in rest)) if rest else "next message"
+    return f'detail="high" shows one part per call. Next: call recall with {rendered} ({where}).'
+
+
+async def _show_part(
+    ctx: _Ctx, args: RecallInput, budget: _Budget, stored: StoredMessage, parts: Sequence[Part], index: int
+) -> dict[str, Any]:
+    """The fields shared by high detail and ``part_index``: one part in full and the continuation."""
+    text = "\n".join(budget.fit([f"{_header(stored)}\n{_high(parts[index], index)}"]))
+    next_call = await _next_part(ctx, args, stored, parts, index)
+    hint = _describe_next(next_call, parts, args, index)
+    if budget.truncated:
+        hint += " The part was cut to fit the output budget (token_offset tokens not shown)."
+    return {"messages": text, "count": 1, "message_id": stored.id, "part_index": index,
+            "part_count": len(parts), "next_call": next_call, "hint": hint}
 
 
 async def _part_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str, Any]:
@@ -437,15 +511,23 @@ async def _part_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str,
             f"part_index: message {stored.id} has {len(parts)} part(s) ([p0]..[p{max(len(parts) - 1, 0)}]); "
             f"got {index}"
         )
-    header = f"--- message {stored.id} · {_role(stored)} · {_stamp(stored.created_at)}"
-    text = "\n".join(budget.fit([f"{header}\n{_high(parts[index], index)}"]))
-    result: dict[str, Any] = {
-        "messages": text, "count": 1, "cursor": stored.id, "page": 1, "limit": 1, "detail": "high",
-        "part_index": index, "part_count": len(parts), "thread_id": stored.thread_id,
-        "has_next_page": index + 1 < len(parts), "has_prev_page": index > 0,
-    }
+    shown = await _show_part(ctx, args, budget, stored, parts, index)
+    older = index > 0 or (stored.seq > 1 and bool(await ctx.om.store.aget_messages(
+        ctx.resource_id, stored.thread_id, before_seq=stored.seq, limit=1, descending=True)))
+    result = _page_result(shown.pop("messages"), 1, cursor=stored.id, page=1, limit=1, detail="high",
+                          thread=stored.thread_id, has_next=shown["next_call"] is not None, has_prev=older)
+    result.update(shown)
     _add_truncation(result, budget)
     return result
+
+
+def _page_result(
+    text: str, count: int, *, cursor: str | None, page: int, limit: int, detail: str, thread: str,
+    has_next: bool, has_prev: bool,
+) -> dict[str, Any]:
+    """The reference page's messages-mode return fields, in its order (plus ``thread_id``)."""
+    return {"messages": text, "count": count, "cursor": cursor, "page": page, "limit": limit, "detail": detail,
+            "thread_id": thread, "has_next_page": has_next, "has_prev_page": has_prev}
 
 
 def _add_truncation(result: dict[str, Any], budget: _Budget) -> None:
@@ -479,10 +561,9 @@ async def _messages_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[
         else:
             k = -page
             lo, hi = s - k * limit + 1, s - (k - 1) * limit
-    elif args.anchor == "start":
-        k = abs(page)
-        lo, hi = 1 + (k - 1) * limit, k * limit
-    else:
+    elif args.anchor == "start" and page > 0:
+        lo, hi = 1 + (page - 1) * limit, page * limit
+    else:  # anchor="end" (either sign), or a negative page: counted back from the newest message
         last = await store.alast_seq(ctx.resource_id, thread)
         k = abs(page)
         lo, hi = last - k * limit + 1, last - (k - 1) * limit
@@ -492,9 +573,12 @@ async def _messages_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[
     older = await store.aget_messages(ctx.resource_id, thread, before_seq=max(lo, 1), limit=1, descending=True) \
         if lo > 1 else []
     newer = await store.aget_messages(ctx.resource_id, thread, after_seq=max(hi, 0), limit=1)
+    if args.detail == "high":
+        return await _high_page(ctx, args, budget, rows, thread=thread, cursor_row=cursor_row, page=page,
+                                has_next=bool(newer), has_prev=bool(older))
     blocks: list[str] = []
     for row in rows:
-        block, _ = _render_message(ctx, row, args)
+        block = _render_message(ctx, row, args)
         if block is not None:
             blocks.append(block)
     kept = budget.fit(blocks)
@@ -503,23 +587,50 @@ async def _messages_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[
         text = "(no messages on this page)" if (older or newer) else "(no messages in this thread yet)"
     elif not blocks:
         text = "(no parts on this page match the filters; try another page)"
-    result: dict[str, Any] = {
-        "messages": text,
-        "count": len(kept),
-        "cursor": cursor_row.id if cursor_row is not None else None,
-        "page": page,
-        "limit": limit,
-        "detail": args.detail,
-        "thread_id": thread,
-        "has_next_page": bool(newer),
-        "has_prev_page": bool(older),
-    }
+    result = _page_result(text, len(kept), cursor=cursor_row.id if cursor_row is not None else None, page=page,
+                          limit=limit, detail=args.detail, thread=thread, has_next=bool(newer),
+                          has_prev=bool(older))
     if budget.truncated and len(kept) < len(blocks):
         resume = rows[min(len(kept), len(rows) - 1)].id if kept else rows[0].id
         result["hint"] = (f"Output was cut to fit the token budget; continue with cursor=\"{resume}\" "
                           "and a smaller limit, or part_index for one part.")
     _add_truncation(result, budget)
     return result
+
+
+async def _high_page(
+    ctx: _Ctx, args: RecallInput, budget: _Budget, rows: Sequence[StoredMessage], *, thread: str,
+    cursor_row: StoredMessage | None, page: int, has_next: bool, has_prev: bool,
+) -> dict[str, Any]:
+    """``detail="high"``: the first (matching) part of the first message in the page range, in full.
+
+    ``has_next_page`` / ``has_prev_page`` still describe the page's range; ``next_call`` and
+    ``hint`` name the next part to read (which may lie past the page)."""
+    def result(text: str, count: int) -> dict[str, Any]:
+        return _page_result(text, count, cursor=cursor_row.id if cursor_row is not None else None, page=page,
+                            limit=args.limit, detail="high", thread=thread, has_next=has_next, has_prev=has_prev)
+
+    for row in rows:
+        parts = message_parts(ctx.om._as_langchain(ctx.resource_id, row))
+        chosen = _matching(parts, args)
+        if chosen:
+            shown = await _show_part(ctx, args, budget, row, parts, chosen[0])
+            out = result(shown.pop("messages"), 1)
+            out.update(shown)
+            _add_truncation(out, budget)
+            return out
+    if not rows:
+        text = "(no messages on this page)" if (has_next or has_prev) else "(no messages in this thread yet)"
+        out = result(text, 0)
+        out.update({"next_call": None, "hint": "No messages here; try another page."})
+        return out
+    next_call = await _next_part(ctx, args, rows[-1], [], 0)
+    out = result("(no parts on this page match the filters)", 0)
+    out["next_call"] = next_call
+    out["hint"] = ("Next matching part: call recall with " + ", ".join(
+        f"{key}={json.dumps(value)}" for key, value in next_call.items())
+        if next_call is not None else "No part after this page matches the filters either.")
+    return out
 
 
 async def _threads_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str, Any]:
@@ -757,7 +868,8 @@ def retrieval_instructions(om: ObservationalMemory) -> str:
         'shows range="startId:endId". To check exact wording, numbers or details, call recall with '
         'cursor set to ONE id of that range: the start id with page=1 reads forward, the end id with '
         "page=-1 reads backward. Results list parts as [p0], [p1]; use detail=\"high\" or "
-        "part_index=N with the same cursor to see a part in full (tool arguments and results).",
+        "part_index=N with the same cursor to see a part in full (tool arguments and results), one "
+        "part per call: the result's next_call holds the arguments for the next part.",
     ]
     if retrieval.scope == "thread":
         lines.append("Recall reads this conversation only. Without a cursor it pages from the start "
@@ -833,11 +945,33 @@ async def index_messages(
 
 
 def install_retrieval(om: ObservationalMemory) -> None:
-    """Wire retrieval into an engine: the instructions section and vector indexing on store."""
-    if om.config.retrieval is None:
+    """Wire retrieval into an engine: the instructions section and vector indexing on store.
+
+    With ``vector=True`` and ``embeddings`` but no ``vector_store``, a
+    ``langchain_core.vectorstores.InMemoryVectorStore(embedding=embeddings)`` is built for this
+    engine (on a copy of the retrieval config; the caller's object is left as it was). It lives
+    in the process only: messages stored before a restart are not searchable afterwards, so
+    pass a persistent ``VectorStore`` for that.
+    """
+    retrieval = om.config.retrieval
+    if retrieval is None:
         return
+    if retrieval.vector and retrieval.vector_store is None and retrieval.embeddings is not None:
+        from langchain_core.embeddings import Embeddings
+        from langchain_core.vectorstores import InMemoryVectorStore
+
+        from .config import OMConfigError
+
+        if not isinstance(retrieval.embeddings, Embeddings):
+            raise OMConfigError(
+                "retrieval.embeddings",
+                f"expected a LangChain Embeddings instance, got {type(retrieval.embeddings).__name__}",
+            )
+        om.config.retrieval = retrieval.model_copy(
+            update={"vector_store": InMemoryVectorStore(embedding=retrieval.embeddings)}
+        )
     if retrieval_section not in om.section_providers:
         om.section_providers.append(retrieval_section)
     listeners = getattr(om, "message_listeners", None)
-    if isinstance(listeners, list) and om.config.retrieval.vector and index_messages not in listeners:
+    if isinstance(listeners, list) and retrieval.vector and index_messages not in listeners:
         listeners.append(index_messages)

@@ -15,9 +15,10 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.unit_tests import ToolsUnitTests
 from recall_helpers import T0, chat, make_om, result_dict, seed, tool_exchange
 
+from langchain_om.config import OMConfigError, RetrievalConfig
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import RecallInput, RecallTool, retrieval_instructions
+from langchain_om.recall import RecallInput, RecallTool, install_retrieval, retrieval_instructions
 from langchain_om.store import InMemoryStore
 from langchain_om.testing import ScriptedObserverModel
 
@@ -90,6 +91,34 @@ async def test_anchor_start_end_without_cursor(om: ObservationalMemory) -> None:
     assert beyond["count"] == 0 and not beyond["has_next_page"] and beyond["has_prev_page"]
 
 
+async def test_negative_pages_without_cursor_count_back_from_the_newest(om: ObservationalMemory) -> None:
+    tool = om.recall_tool(thread_id="t1", resource_id="u1")
+    last = result_dict(await tool.ainvoke({"limit": 2, "page": -1}))
+    assert ids(last) == ["t1-h29", "t1-a29"] and last["page"] == -1
+    assert last["has_prev_page"] and not last["has_next_page"]
+    older = result_dict(await tool.ainvoke({"limit": 2, "page": -2}))
+    assert ids(older) == ["t1-h28", "t1-a28"] and older["has_prev_page"] and older["has_next_page"]
+    for page in (-1, -2, -5):
+        from_end = result_dict(await tool.ainvoke({"anchor": "end", "limit": 2, "page": page}))
+        assert ids(from_end) == ids(result_dict(await tool.ainvoke({"limit": 2, "page": page})))
+        assert ids(from_end) == ids(result_dict(await tool.ainvoke({"anchor": "end", "limit": 2, "page": -page})))
+    oldest = result_dict(await tool.ainvoke({"limit": 7, "page": -9}))  # 60 messages: a short page at the start
+    assert ids(oldest) == ["t1-h0", "t1-a0", "t1-h1", "t1-a1"]
+    assert not oldest["has_prev_page"] and oldest["has_next_page"]
+    before_start = result_dict(await tool.ainvoke({"limit": 7, "page": -10}))
+    assert before_start["count"] == 0 and not before_start["has_prev_page"] and before_start["has_next_page"]
+    walked: list[list[str]] = []
+    page = -1
+    while True:
+        out = result_dict(await tool.ainvoke({"limit": 7, "page": page}))
+        walked.append(ids(out))
+        if not out["has_prev_page"]:
+            break
+        page -= 1
+    assert len(walked) == 9
+    assert [i for chunk in reversed(walked) for i in chunk] == [f"t1-{r}{i}" for i in range(30) for r in "ha"]
+
+
 async def test_limit_default_and_cap(om: ObservationalMemory) -> None:
     tool = om.recall_tool(thread_id="t1", resource_id="u1")
     default = result_dict(await tool.ainvoke({}))
@@ -107,7 +136,7 @@ async def test_detail_levels_parts_and_filters(om: ObservationalMemory) -> None:
     assert "tool-result get_weather: Forecast Lisbon" in text
     high = result_dict(await tool.ainvoke({"cursor": "t2x-ai-call", "limit": 1, "detail": "high"}))
     assert "I should look the weather up." in high["messages"]
-    assert "+2 more parts [p1], [p2]" in high["messages"] and "part_index" in high["messages"]
+    assert high["next_call"] == {"cursor": "t2x-ai-call", "part_index": 1} and "part_index=1" in high["hint"]
     call = result_dict(await tool.ainvoke({"cursor": "t2x-ai-call", "part_index": 2}))
     assert '"city": "Lisbon"' in call["messages"] and '"days": 3' in call["messages"]
     assert call["part_index"] == 2 and call["detail"] == "high"
@@ -119,6 +148,49 @@ async def test_detail_levels_parts_and_filters(om: ObservationalMemory) -> None:
     assert none["count"] == 0
     bad_part = await tool.ainvoke({"cursor": "t2x-ai-call", "part_index": 9})
     assert isinstance(bad_part, str) and "part_index" in bad_part and "3 part(s)" in bad_part
+
+
+async def test_high_detail_shows_one_part_per_call_with_a_continuation(om: ObservationalMemory) -> None:
+    tool = om.recall_tool(thread_id="t2", resource_id="u1")
+    first = result_dict(await tool.ainvoke({"cursor": "t2x-q", "limit": 4, "detail": "high"}))
+    assert ids(first) == ["t2x-q"] and first["count"] == 1 and first["detail"] == "high"
+    assert first["part_index"] == 0 and first["part_count"] == 1 and first["message_id"] == "t2x-q"
+    assert "Let me check" not in first["messages"] and "[p1]" not in first["messages"]
+    assert first["next_call"] == {"cursor": "t2x-ai-call", "part_index": 0}
+    assert 'cursor="t2x-ai-call"' in first["hint"] and "part_index=0" in first["hint"]
+    assert first["has_prev_page"] and not first["has_next_page"]  # the page flags still describe the page
+    seen: list[tuple[str, int]] = [("t2x-q", 0)]
+    texts: list[str] = []
+    step = first["next_call"]
+    while step is not None:
+        out = result_dict(await tool.ainvoke(step))
+        assert len(ids(out)) == 1 and out["count"] == 1
+        seen.append((out["message_id"], out["part_index"]))
+        texts.append(out["messages"])
+        step = out["next_call"]
+        assert out["has_next_page"] == (step is not None)
+    assert seen == [("t2x-q", 0), ("t2x-ai-call", 0), ("t2x-ai-call", 1), ("t2x-ai-call", 2), ("t2x-tool", 0),
+                    ("t2x-final", 0)]
+    assert "I should look the weather up." in texts[0] and '"city": "Lisbon"' in texts[2]
+    assert texts[3].count("sunny 24C") == 60  # the whole tool result, not the low-detail preview
+    assert "last part" in out["hint"]
+    start = result_dict(await tool.ainvoke({"detail": "high", "limit": 3}))
+    assert ids(start) == ["t2-h0"] and start["next_call"] == {"cursor": "t2-a0", "part_index": 0}
+    assert start["has_next_page"] and not start["has_prev_page"]
+    paged = result_dict(await tool.ainvoke({"detail": "high", "limit": 2, "page": 2}))
+    assert ids(paged) == ["t2-h1"] and paged["next_call"] == {"cursor": "t2-a1", "part_index": 0}
+    end = result_dict(await tool.ainvoke({"detail": "high", "anchor": "end", "limit": 2}))
+    assert ids(end) == ["t2x-tool"] and end["next_call"] == {"cursor": "t2x-final", "part_index": 0}
+    crossing = result_dict(await tool.ainvoke({"cursor": "t2-a1", "limit": 1, "detail": "high"}))
+    assert ids(crossing) == ["t2-a1"] and crossing["next_call"] == {"cursor": "t2x-q", "part_index": 0}
+    calls = result_dict(await tool.ainvoke({"detail": "high", "part_type": "tool-call"}))
+    assert ids(calls) == ["t2x-ai-call"] and calls["part_index"] == 2 and '"days": 3' in calls["messages"]
+    assert calls["next_call"] is None
+    by_tool = result_dict(await tool.ainvoke({"detail": "high", "tool_name": "get_weather"}))
+    assert by_tool["part_index"] == 2
+    assert by_tool["next_call"] == {"cursor": "t2x-tool", "part_index": 0, "tool_name": "get_weather"}
+    nothing = result_dict(await tool.ainvoke({"detail": "high", "tool_name": "no_such_tool"}))
+    assert nothing["count"] == 0 and nothing["next_call"] is None
 
 
 async def test_token_budget_truncates_with_offset(om: ObservationalMemory) -> None:
@@ -280,6 +352,45 @@ async def test_vector_search_grouped_scoped_and_rechecked() -> None:
     assert "(id: b)" not in theirs["results"] and "(id: z)" in theirs["results"]
     empty = await tool.ainvoke({"mode": "search"})
     assert isinstance(empty, str) and "query" in empty
+
+
+async def test_vector_with_only_embeddings_builds_an_in_memory_store() -> None:
+    # config.py still rejects vector=True without vector_store (see the xfail below), so the
+    # engine is given the embeddings-only config the way it would be once that check allows it
+    embeddings = DeterministicFakeEmbedding(size=64)
+    config = RetrievalConfig.model_construct(vector=True, embeddings=embeddings)
+
+    def engine() -> ObservationalMemory:
+        om = make_om(InMemoryStore(), scope="resource")
+        om.config.retrieval = config
+        install_retrieval(om)
+        return om
+
+    memory = engine()
+    assert memory.config.retrieval is not None
+    built = memory.config.retrieval.vector_store
+    assert isinstance(built, InMemoryVectorStore) and built.embedding is embeddings
+    assert config.vector_store is None  # the caller's config object is not mutated
+    other = engine()
+    assert other.config.retrieval is not None and other.config.retrieval.vector_store is not built
+    await seed(memory, "u1", {"a": chat("a", 2), "b": chat("b", 2)})
+    target = "b question 1: " + " ".join(f"bw1_{k}" for k in range(12))
+    found = result_dict(await memory.recall_tool(thread_id="a", resource_id="u1").ainvoke(
+        {"mode": "search", "query": target, "limit": 2}))
+    assert found["count"] == 2 and "cursor: b-h1" in found["results"] and "[score 1.000]" in found["results"]
+    assert 'mode="search"' in retrieval_instructions(memory)
+    bad = make_om(InMemoryStore())
+    bad.config.retrieval = RetrievalConfig.model_construct(vector=True, embeddings="ada-002")
+    with pytest.raises(OMConfigError, match=r"retrieval\.embeddings"):
+        install_retrieval(bad)
+
+
+@pytest.mark.xfail(raises=OMConfigError, strict=False,
+                   reason="config.RetrievalConfig still requires vector_store even when embeddings are given")
+async def test_vector_dict_with_only_embeddings() -> None:
+    memory = make_om(InMemoryStore(), retrieval={"vector": True, "embeddings": DeterministicFakeEmbedding(size=32)})
+    assert memory.config.retrieval is not None
+    assert isinstance(memory.config.retrieval.vector_store, InMemoryVectorStore)
 
 
 async def test_search_disabled_without_vector(om: ObservationalMemory) -> None:
