@@ -317,7 +317,11 @@ class ReflectionConfig(_Strict):
 
 
 class RetrievalConfig(_Strict):
-    """The ``recall`` tool: browsing (and optionally searching) the raw messages behind observations."""
+    """The ``recall`` tool: browsing (and optionally searching) the raw messages behind observations.
+
+    ``vector=True`` needs a LangChain ``VectorStore`` (``vector_store``) or just ``embeddings``,
+    from which an ``InMemoryVectorStore`` is built.
+    """
 
     vector: bool = False
     scope: Scope = "resource"
@@ -328,10 +332,11 @@ class RetrievalConfig(_Strict):
 
     @model_validator(mode="after")
     def _vector_needs_store(self) -> RetrievalConfig:
-        if self.vector and self.vector_store is None:
+        if self.vector and self.vector_store is None and self.embeddings is None:
             raise OMConfigError(
                 "retrieval.vector_store",
-                "vector search needs a LangChain VectorStore (e.g. InMemoryVectorStore(embeddings))",
+                "vector search needs a LangChain VectorStore (vector_store=...) or embeddings=... "
+                "(an InMemoryVectorStore is then built from them)",
             )
         return self
 

@@ -385,8 +385,6 @@ async def test_vector_with_only_embeddings_builds_an_in_memory_store() -> None:
         install_retrieval(bad)
 
 
-@pytest.mark.xfail(raises=OMConfigError, strict=False,
-                   reason="config.RetrievalConfig still requires vector_store even when embeddings are given")
 async def test_vector_dict_with_only_embeddings() -> None:
     memory = make_om(InMemoryStore(), retrieval={"vector": True, "embeddings": DeterministicFakeEmbedding(size=32)})
     assert memory.config.retrieval is not None
