@@ -13,22 +13,31 @@ Limits of the rewiring (documented in ``add_observational_memory``): edges are
 rewired when they are plain edges, join edges, or conditional edges (with or
 without a path map); a node that jumps with ``Command(goto=before)`` or a
 ``Send(before, ...)`` bypasses OM for that step.
+
+Aborted steps (OM cannot build a context, e.g. no tier of a ``ModelByInputTokens`` fits
+the input): the OM node that hit it appends a tripwire ``AIMessage`` (empty content, the
+reason under ``response_metadata["om_tripwire"]``) and ends the run before the model node,
+the same result ``ObservationalMemoryMiddleware`` gives; ``on_abort="raise"`` raises
+``OMAborted`` instead. ``om_pre_model_hook`` cannot skip the model node of
+``create_react_agent``, so it always raises ``OMAborted``.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from langchain_core.tools import BaseTool
-from langgraph.graph import StateGraph
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.graph import END, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.types import Command
 
 from .context import OM_CONTEXT_MESSAGE_ID
-from .engine import ObservationalMemory, OMContext, Phase
+from .engine import ObservationalMemory, OMAborted, OMContext, Phase
 
 logger = logging.getLogger("langchain_om.graph")
 
@@ -37,6 +46,16 @@ OBSERVER = "om_observer"
 REFLECTOR = "om_reflector"
 OM_NODES: tuple[str, str, str] = (ACTIVATOR, OBSERVER, REFLECTOR)
 _NODE_PHASE: dict[str, Phase] = {ACTIVATOR: "activate", OBSERVER: "observe", REFLECTOR: "reflect"}
+
+TRIPWIRE_KEY = "om_tripwire"
+"""``response_metadata`` key of the empty AI message that ends an aborted OM step (no model call)."""
+
+OnAbort = Literal["end", "raise"]
+
+
+def tripwire_message(reason: str) -> AIMessage:
+    """The result of an aborted OM step: no text, no tool calls, the reason in ``response_metadata``."""
+    return AIMessage(content="", response_metadata={TRIPWIRE_KEY: reason})
 
 
 # ------------------------------------------------------------------ ids from the run config
@@ -108,22 +127,28 @@ def state_update(current: Sequence[BaseMessage], context: OMContext) -> list[Bas
 # ------------------------------------------------------------------ nodes
 
 
-def _phase_node(om: ObservationalMemory, name: str, messages_key: str) -> Runnable[Any, dict[str, Any]]:
+def _phase_node(
+    om: ObservationalMemory, name: str, messages_key: str, goto: str, on_abort: OnAbort
+) -> Runnable[Any, Command[str]]:
+    """One OM phase as a node that routes with ``Command``: on to ``goto``, or to ``END`` when aborted."""
     phase = _NODE_PHASE[name]
 
-    def finish(messages: list[BaseMessage], context: OMContext) -> dict[str, Any]:
-        if context.aborted:
-            logger.warning("langchain-om %s: %s (context left as it was)", name, context.aborted)
+    def finish(messages: list[BaseMessage], context: OMContext) -> Command[str]:
         update = state_update(messages, context)
-        return {messages_key: update} if update else {}
+        if context.aborted is None:
+            return Command(update={messages_key: update} if update else None, goto=goto)
+        logger.warning("langchain-om %s aborted the step: %s", name, context.aborted)
+        if on_abort == "raise":
+            raise OMAborted(f"{name}: {context.aborted}")
+        return Command(update={messages_key: [*update, tripwire_message(context.aborted)]}, goto=END)
 
-    async def arun(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    async def arun(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
         context = await om.aprocess(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,))
         return finish(messages, context)
 
-    def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    def run(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
         # OM's sync twin runs on its private loop and dispatches the events with this run's config
@@ -148,6 +173,7 @@ def add_observational_memory(
     *,
     before: str = "agent",
     messages_key: str = "messages",
+    on_abort: OnAbort = "end",
 ) -> StateGraph[Any, Any, Any, Any]:
     """Insert ``om_activator -> om_observer -> om_reflector`` ahead of the node ``before``.
 
@@ -162,6 +188,17 @@ def add_observational_memory(
     ``thread_id`` (required) and ``resource_id`` (optional, alias ``user_id``) from
     ``config["configurable"]``. Keep your own system prompt in the model node rather than
     in state: state messages are eventually observed and removed. Returns ``builder``.
+
+    The OM nodes route with ``Command`` (each declares its next node and ``END`` as
+    destinations). When OM aborts a step (it cannot build a context, e.g. no tier of a
+    ``ModelByInputTokens`` fits the Observer's input), ``on_abort`` decides:
+
+    - ``"end"`` (default): the node appends a tripwire ``AIMessage`` (empty content,
+      ``response_metadata["om_tripwire"]`` = the reason) and the run ends there; neither
+      ``before`` nor anything after it runs, like ``ObservationalMemoryMiddleware``'s tripwire.
+      Check ``result["messages"][-1].response_metadata.get("om_tripwire")``.
+    - ``"raise"``: the node raises ``OMAborted`` and the invoke fails; the checkpoint keeps
+      what the nodes before it wrote, so the thread can be retried or continued.
     """
     if not isinstance(builder, StateGraph):
         raise TypeError(f"builder: expected a langgraph StateGraph, got {type(builder).__name__}")
@@ -174,6 +211,8 @@ def add_observational_memory(
     clash = [n for n in OM_NODES if n in builder.nodes]
     if clash:
         raise ValueError(f"builder: already has OM nodes {clash}; add_observational_memory was called twice?")
+    if on_abort not in ("end", "raise"):
+        raise ValueError(f"on_abort: expected 'end' or 'raise', got {on_abort!r}")
     channels = getattr(builder, "channels", {})
     if channels and messages_key not in channels:
         raise ValueError(f"messages_key: the state schema has no {messages_key!r} key")
@@ -199,11 +238,8 @@ def add_observational_memory(
                 wrapped = spec.path | RunnableLambda(_remap(before))
                 branches[branch_name] = spec._replace(path=wrapped)
 
-    for name in OM_NODES:
-        builder.add_node(name, _phase_node(om, name, messages_key))
-    builder.add_edge(ACTIVATOR, OBSERVER)
-    builder.add_edge(OBSERVER, REFLECTOR)
-    builder.add_edge(REFLECTOR, before)
+    for name, goto in ((ACTIVATOR, OBSERVER), (OBSERVER, REFLECTOR), (REFLECTOR, before)):
+        builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort), destinations=(goto, END))
     return builder
 
 
@@ -213,19 +249,26 @@ def add_observational_memory(
 def om_pre_model_hook(om: ObservationalMemory, *, messages_key: str = "messages") -> Runnable[Any, dict[str, Any]]:
     """A ``pre_model_hook`` for ``langgraph.prebuilt.create_react_agent`` (deprecated API, still
     supported): the model sees the OM context via ``llm_input_messages``; stored history is
-    left intact (the full list stays in state; OM keeps its own bounded view)."""
+    left intact (the full list stays in state; OM keeps its own bounded view).
+
+    Works with ``invoke`` and ``ainvoke``. ``create_react_agent`` always runs its model after
+    the hook, so an aborted OM step (see ``add_observational_memory``) raises ``OMAborted``
+    rather than letting the model answer without its memory."""
+
+    def result(context: OMContext) -> dict[str, Any]:
+        if context.aborted is not None:
+            raise OMAborted(f"om_pre_model_hook: {context.aborted}")
+        return {"llm_input_messages": context.to_messages()}
 
     async def ahook(state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
-        context = await om.aprocess(thread_id, messages, resource_id=resource_id, config=config)
-        return {"llm_input_messages": context.to_messages()}
+        return result(await om.aprocess(thread_id, messages, resource_id=resource_id, config=config))
 
     def hook(state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
-        context = om.process(thread_id, messages, resource_id=resource_id, config=config)
-        return {"llm_input_messages": context.to_messages()}
+        return result(om.process(thread_id, messages, resource_id=resource_id, config=config))
 
     return RunnableLambda(hook, afunc=ahook, name="om_pre_model_hook")
 
@@ -234,7 +277,9 @@ def om_pre_model_hook(om: ObservationalMemory, *, messages_key: str = "messages"
 
 
 def om_tools(om: ObservationalMemory) -> list[BaseTool]:
-    """Tools OM contributes to an agent: the ``recall`` tool when retrieval is on, else none.
+    """Tools OM contributes to an agent: ``recall`` when retrieval is on, and
+    ``update_working_memory`` when working memory is agent-managed (``working_memory=True`` or
+    ``{"agent_managed": True}``); else none.
 
     Bind them to your model and add them to your ``ToolNode``::
 
@@ -242,13 +287,59 @@ def om_tools(om: ObservationalMemory) -> list[BaseTool]:
         model = model.bind_tools(tools)
         builder.add_node("tools", ToolNode(tools))
 
-    The recall tool reads ``thread_id`` / ``resource_id`` from the run config, so it only
-    sees threads of the current resource.
+    The tools read ``thread_id`` / ``resource_id`` (or ``user_id``) from the run config, like
+    the OM nodes, so they only see the current resource. They work in sync and async graphs.
     """
-    if om.config.retrieval is None:
-        return []
-    factory = getattr(om, "recall_tool", None)
-    if factory is None:
-        raise RuntimeError("om_tools: retrieval is on but this build has no recall tool (langchain_om.recall)")
-    tool = factory()
-    return [tool]
+    tools: list[BaseTool] = []
+    if om.config.retrieval is not None:
+        factory = getattr(om, "recall_tool", None)
+        if factory is None:
+            raise RuntimeError("om_tools: retrieval is on but this build has no recall tool (langchain_om.recall)")
+        tools.append(factory())
+    tools.extend(_integration_tool(om, tool) for tool in om.working_memory_tools())
+    return tools
+
+
+def _with_resource(config: RunnableConfig) -> RunnableConfig:
+    """``config`` with ``resource_id`` set the way ``ids_from_config`` reads it (``user_id`` alias)."""
+    configurable = dict(config.get("configurable") or {})
+    if configurable.get("resource_id") is None and configurable.get("user_id") is not None:
+        configurable["resource_id"] = str(configurable["user_id"])
+    return {**config, "configurable": configurable}
+
+
+def _config_param(fn: Any) -> str | None:
+    """The name of ``fn``'s ``RunnableConfig`` parameter (LangChain injects the run config there)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    for parameter in parameters:
+        annotation = parameter.annotation
+        if annotation is RunnableConfig or (isinstance(annotation, str) and annotation.endswith("RunnableConfig")):
+            return parameter.name
+    return None
+
+
+def _integration_tool(om: ObservationalMemory, tool: BaseTool) -> BaseTool:
+    """An engine tool adapted to the integrations: ids resolved like the OM nodes resolve them,
+    and a sync path (on OM's own loop) for sync agents when the tool is coroutine-only."""
+    if not isinstance(tool, StructuredTool) or tool.coroutine is None:
+        return tool
+    inner = tool.coroutine
+    inner_sync = tool.func
+
+    def with_config(fn: Any, config: RunnableConfig, kwargs: dict[str, Any]) -> dict[str, Any]:
+        name = _config_param(fn)
+        return {**kwargs, name: _with_resource(config)} if name else kwargs
+
+    async def acall(config: RunnableConfig, **kwargs: Any) -> Any:
+        return await inner(**with_config(inner, config, kwargs))
+
+    def call(config: RunnableConfig, **kwargs: Any) -> Any:
+        if inner_sync is not None:
+            return inner_sync(**with_config(inner_sync, config, kwargs))
+        return om._loop.run(acall(config, **kwargs))
+
+    adapted: StructuredTool = tool.model_copy(update={"func": call, "coroutine": acall})
+    return adapted

@@ -26,12 +26,11 @@ from langgraph.runtime import Runtime
 
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMContext
-from .graph import ids_from_config, om_tools
+from .graph import TRIPWIRE_KEY, ids_from_config, om_tools, tripwire_message
+
+__all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
 
 logger = logging.getLogger("langchain_om.middleware")
-
-TRIPWIRE_KEY = "om_tripwire"
-"""``response_metadata`` key of the empty AI message returned when OM trips (no model call)."""
 
 
 def _run_config() -> RunnableConfig:
@@ -81,18 +80,18 @@ def merge_system_messages(user: SystemMessage | None, om: SystemMessage | None) 
     return SystemMessage(content=content, id=OM_CONTEXT_MESSAGE_ID, additional_kwargs=dict(user.additional_kwargs))
 
 
-def tripwire_message(reason: str) -> AIMessage:
-    return AIMessage(content="", response_metadata={TRIPWIRE_KEY: reason})
-
-
 class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Observational Memory as ``create_agent`` middleware.
 
     ``agent = create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(om)],
     checkpointer=...)``; invoke with ``config={"configurable": {"thread_id": ...,
     "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``). Each model call
-    is one OM step: exactly one ``data-om-status`` event precedes it. When retrieval is on,
-    the middleware contributes the ``recall`` tool. Sync (``invoke``) and async
+    is one OM step: exactly one ``data-om-status`` event precedes it. The middleware
+    contributes OM's tools (``om_tools``): ``recall`` when retrieval is on and
+    ``update_working_memory`` when working memory is agent-managed. When OM aborts a step
+    (e.g. no tier of a ``ModelByInputTokens`` fits), the model is not called and the step's
+    answer is a tripwire ``AIMessage`` (empty content, reason under
+    ``response_metadata["om_tripwire"]``). Sync (``invoke``) and async
     (``ainvoke``/``astream``) agents both work; the sync path uses OM's own loop thread, so
     don't run a sync agent from inside a running event loop's thread.
     """
@@ -101,12 +100,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not isinstance(om, ObservationalMemory):
             raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
         self.om = om
-        self.tools: Sequence[BaseTool] = self._recall_tools()
-
-    def _recall_tools(self) -> list[BaseTool]:
-        if self.om.config.retrieval is None:
-            return []
-        return om_tools(self.om)
+        self.tools: Sequence[BaseTool] = om_tools(om)
 
     @property
     def name(self) -> str:

@@ -19,9 +19,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
+from langchain_om.callbacks import SyncOMEventHandler
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
-from langchain_om.engine import ObservationalMemory
-from langchain_om.graph import OM_NODES, add_observational_memory, ids_from_config, om_pre_model_hook, om_tools
+from langchain_om.engine import ObservationalMemory, OMAborted
+from langchain_om.graph import (
+    OM_NODES,
+    TRIPWIRE_KEY,
+    add_observational_memory,
+    ids_from_config,
+    om_pre_model_hook,
+    om_tools,
+)
+from langchain_om.models import ModelByInputTokens
 from langchain_om.store.base import OMStore
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.postgres import PostgresStore
@@ -370,9 +379,222 @@ def test_om_tools_empty_without_retrieval() -> None:
 
 
 async def test_recall_tool_binds_into_a_tool_node(store: OMStore) -> None:
-    pytest.importorskip("langchain_om.recall", reason="langchain_om.recall not written yet")
     om = make_om(store, retrieval=True)
     tools = om_tools(om)
     assert [t.name for t in tools] == ["recall"]
     node = ToolNode(tools)
     assert "recall" in node.tools_by_name
+
+
+def test_pre_model_hook_sync_graph() -> None:
+    import warnings
+
+    om = make_om(InMemoryStore())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from langgraph.prebuilt import create_react_agent
+
+            calls = {i: ("lookup_price", {"item": f"s{i}"}) for i in range(4, 200, 13)}
+            model = ScriptedAgentModel(tool_calls_on=calls)
+            agent = create_react_agent(model, [lookup_price], pre_model_hook=om_pre_model_hook(om),
+                                       checkpointer=InMemorySaver())
+        handler = SyncOMEventHandler()
+        config: RunnableConfig = {"configurable": {"thread_id": "react-sync", "user_id": "u7"}, "callbacks": [handler]}
+        for i in range(TURNS):
+            agent.invoke({"messages": [user_turn(i)]}, config)
+        messages = agent.get_state(config).values["messages"]
+        assert len(messages) >= 2 * TURNS and any(isinstance(m, ToolMessage) for m in messages), \
+            "stored history left intact, tool results included"
+        assert not any(m.id == OM_CONTEXT_MESSAGE_ID for m in messages)
+        last_input = model.calls[-1]
+        assert last_input[0].id == OM_CONTEXT_MESSAGE_ID and "<observations>" in str(last_input[0].content)
+        assert len(last_input) < 2 * TURNS // 3
+        for call in model.calls:
+            call_ids = {c["id"] for m in call if isinstance(m, AIMessage) for c in m.tool_calls}
+            assert all(m.tool_call_id in call_ids for m in call if isinstance(m, ToolMessage))
+        record = om.get_record("react-sync", resource_id="u7")
+        assert record.groups and record.generation_count >= 1
+        statuses = [e for e in handler.events if e.type == "data-om-status"]
+        assert len(statuses) == len(model.calls), "one status per model call on the sync path too"
+    finally:
+        om.close()
+
+
+# --------------------------------------------------------------------------- aborted steps (tripwire)
+
+
+def too_large_for_any_observer(store: OMStore) -> ObservationalMemory:
+    """No tier of the Observer's model fits a real batch: every observation attempt aborts the step."""
+    return make_om(store, model=ModelByInputTokens(up_to={50: ScriptedObserverModel()}),
+                   observation={"message_tokens": MESSAGE_TOKENS, "buffer_tokens": False})
+
+
+def tripwire_graph(om: ObservationalMemory, recorder: Recorder, *, sync: bool = False,
+                   on_abort: str = "end") -> Any:
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", recorder.node if sync else recorder.anode)
+    builder.add_node("after", lambda state: {"messages": [AIMessage("after ran", id=f"after-{uuid.uuid4().hex}")]})
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "after")
+    builder.add_edge("after", END)
+    add_observational_memory(builder, om, on_abort=on_abort)  # type: ignore[arg-type]
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+async def test_aborted_step_ends_the_run_with_a_tripwire_message(store: OMStore) -> None:
+    om = too_large_for_any_observer(store)
+    recorder = Recorder()
+    graph = tripwire_graph(om, recorder)
+    config: RunnableConfig = {"configurable": {"thread_id": "trip-graph"}}
+    tripped: AIMessage | None = None
+    calls_before = 0
+    for i in range(20):
+        calls_before = len(recorder.seen)
+        chunks: list[dict[str, Any]] = []
+        async for chunk in graph.astream({"messages": [user_turn(i)]}, config, stream_mode="updates"):
+            chunks.append(chunk)
+        last = (await graph.aget_state(config)).values["messages"][-1]
+        if TRIPWIRE_KEY in last.response_metadata:
+            tripped = last
+            ran = [name for chunk in chunks for name in chunk]
+            assert "agent" not in ran and "after" not in ran, f"the run ended before the model: {ran}"
+            assert ran[-1] == "om_observer"
+            break
+        assert last.content == "after ran"
+    assert tripped is not None, "the step aborted once the observation threshold was crossed"
+    assert isinstance(tripped, AIMessage) and tripped.content == "" and not tripped.tool_calls
+    assert "model selection" in tripped.response_metadata[TRIPWIRE_KEY]
+    assert len(recorder.seen) == calls_before, "the model node was not called"
+    state = await graph.aget_state(config)
+    assert state.next == (), "the run is finished, not interrupted"
+    # the next turn aborts again (the input still fits no tier) and nothing is stored twice
+    result = await graph.ainvoke({"messages": [HumanMessage("still there?")]}, config)
+    assert TRIPWIRE_KEY in result["messages"][-1].response_metadata
+    stored = [m.id for m in await store.aget_messages(*(["trip-graph"] * 2))]
+    assert len(stored) == len(set(stored))
+
+
+def test_aborted_step_sync_graph_and_raise_mode(tmp_path: Path) -> None:
+    om = too_large_for_any_observer(InMemoryStore())
+    try:
+        recorder = Recorder()
+        graph = tripwire_graph(om, recorder, sync=True)
+        config: RunnableConfig = {"configurable": {"thread_id": "trip-sync"}}
+        results = [graph.invoke({"messages": [user_turn(i)]}, config)["messages"][-1] for i in range(20)]
+        tripped = [m for m in results if TRIPWIRE_KEY in m.response_metadata]
+        assert tripped, "the sync graph aborted too"
+        assert len(recorder.seen) == results.index(tripped[0]), "no model call once aborted"
+
+        raising = tripwire_graph(om, Recorder(), sync=True, on_abort="raise")
+        with pytest.raises(OMAborted, match="model selection"):
+            raising.invoke({"messages": [HumanMessage("again")]}, config)
+    finally:
+        om.close()
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", Recorder().node)
+    other = make_om(InMemoryStore())
+    with pytest.raises(ValueError, match="on_abort"):
+        add_observational_memory(builder, other, on_abort="ignore")  # type: ignore[arg-type]
+    other.close()
+
+
+async def test_pre_model_hook_raises_when_the_step_aborts(store: OMStore) -> None:
+    import warnings
+
+    om = too_large_for_any_observer(store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+        model = ScriptedAgentModel()
+        agent = create_react_agent(model, [], pre_model_hook=om_pre_model_hook(om), checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "trip-react"}}
+    with pytest.raises(OMAborted, match="model selection"):
+        for i in range(20):
+            await agent.ainvoke({"messages": [user_turn(i)]}, config)
+    calls = len(model.calls)
+    assert 0 < calls < 20
+    with pytest.raises(OMAborted):
+        await agent.ainvoke({"messages": [HumanMessage("again")]}, config)
+    assert len(model.calls) == calls, "the model was not called for an aborted step"
+
+
+# --------------------------------------------------------------------------- OM's tools in a graph
+
+
+def tool_graph(om: ObservationalMemory, model: ScriptedAgentModel, *, sync: bool = False) -> Any:
+    tools = om_tools(om)
+    recorder = Recorder(model)
+
+    def route(state: State) -> Literal["tools", "__end__"]:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else "__end__"
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", recorder.node if sync else recorder.anode)
+    builder.add_node("tools", ToolNode(tools))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, {"tools": "tools", "__end__": END})
+    builder.add_edge("tools", "agent")
+    add_observational_memory(builder, om)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+NEW_MEMORY = "# About the user\n- Name: Aiko\n\n# Preferences and constraints\n- Budget: 300 dollars"
+
+
+def test_om_tools_include_the_working_memory_tool_when_agent_managed() -> None:
+    managed = make_om(InMemoryStore(), working_memory={"agent_managed": True},
+                      observation={"message_tokens": MESSAGE_TOKENS, "manage_working_memory": True})
+    assert [t.name for t in om_tools(managed)] == ["update_working_memory"]
+    both = make_om(InMemoryStore(), working_memory=True, retrieval=True)
+    assert [t.name for t in om_tools(both)] == ["recall", "update_working_memory"]
+    observer_only = make_om(InMemoryStore(), observation={"message_tokens": MESSAGE_TOKENS,
+                                                          "manage_working_memory": True})
+    assert om_tools(observer_only) == [], "the Observer manages it: the agent gets no update tool"
+    for om in (managed, both, observer_only):
+        om.close()
+
+
+def agent_managed_om(store: OMStore, message_tokens: int = MESSAGE_TOKENS) -> ObservationalMemory:
+    """Both may write working memory: the agent (tool) and the Observer (extractor)."""
+    return make_om(store, working_memory={"agent_managed": True},
+                   observation={"message_tokens": message_tokens, "manage_working_memory": True})
+
+
+def check_working_memory_update(model: ScriptedAgentModel) -> None:
+    results = [m for m in model.calls[4] if isinstance(m, ToolMessage)]
+    assert results and results[-1].content == "Working memory updated.", results
+    later = model.calls[-1]
+    assert later[0].type == "system" and "Name: Aiko" in str(later[0].content), \
+        "the updated document reaches the model in the OM context"
+
+
+async def test_agent_updates_working_memory_through_a_tool_node(store: OMStore) -> None:
+    om = agent_managed_om(store, message_tokens=20_000)  # no Observer cycle: only the agent writes
+    model = ScriptedAgentModel(tool_calls_on={3: ("update_working_memory", {"content": NEW_MEMORY})})
+    graph = tool_graph(om, model)
+    # user_id, as the OM nodes accept it: the tool must write where the context reads
+    config: RunnableConfig = {"configurable": {"thread_id": "wm-async", "user_id": "aiko"}}
+    assert om.working_memory is not None
+    assert await om.working_memory.aget("wm-async", resource_id="aiko") is None
+    for i in range(6):
+        await graph.ainvoke({"messages": [user_turn(i)]}, config)
+    assert await om.working_memory.aget("wm-async", resource_id="aiko") == NEW_MEMORY
+    check_working_memory_update(model)
+
+
+def test_agent_updates_working_memory_sync_graph() -> None:
+    om = agent_managed_om(InMemoryStore(), message_tokens=20_000)
+    try:
+        model = ScriptedAgentModel(tool_calls_on={3: ("update_working_memory", {"content": NEW_MEMORY})})
+        graph = tool_graph(om, model, sync=True)
+        config: RunnableConfig = {"configurable": {"thread_id": "wm-sync", "resource_id": "aiko"}}
+        for i in range(6):
+            graph.invoke({"messages": [user_turn(i)]}, config)
+        assert om.working_memory is not None
+        assert om.working_memory.get("wm-sync", resource_id="aiko") == NEW_MEMORY
+        check_working_memory_update(model)
+    finally:
+        om.close()

@@ -176,7 +176,6 @@ def test_middleware_contributes_tools_only_with_retrieval() -> None:
 
 
 async def test_recall_tool_is_contributed_with_retrieval(store: OMStore) -> None:
-    pytest.importorskip("langchain_om.recall", reason="langchain_om.recall not written yet")
     om = make_om(store, retrieval=True)
     middleware = ObservationalMemoryMiddleware(om)
     assert [t.name for t in middleware.tools] == ["recall"]
@@ -184,3 +183,156 @@ async def test_recall_tool_is_contributed_with_retrieval(store: OMStore) -> None
     agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
     await agent.ainvoke({"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "r"}})
     assert "tools" in agent.get_graph().nodes
+
+
+# --------------------------------------------------------------------------- OM's tools called by the agent
+
+
+async def test_agent_calls_recall_and_gets_the_raw_messages(store: OMStore) -> None:
+    om = make_om(store, retrieval=True)
+    recall_call = 30
+    model = ScriptedAgentModel(tool_calls_on={recall_call: ("recall", {"anchor": "start", "limit": 5})})
+    agent = create_agent(model, [], system_prompt=USER_PROMPT, middleware=[ObservationalMemoryMiddleware(om)],
+                         checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "recall-mw", "resource_id": "bob"}}
+    for i in range(recall_call + 2):
+        await agent.ainvoke({"messages": [user_turn(i)]}, config)
+        await om.await_background()
+    assert (await om.aget_record("recall-mw", resource_id="bob")).groups, "turn 0 was observed before the recall"
+    # the model asked for recall; the tool result came back in the next model call
+    after = model.calls[recall_call + 1]
+    results = [m for m in after if isinstance(m, ToolMessage)]
+    assert results and results[-1].name == "recall" and results[-1].status == "success"
+    content = str(results[-1].content)
+    raw = "Turn 0: I prefer option 0 and my budget is 0 dollars. context"  # the log shortens it
+    assert raw in content and "Turn 1: I prefer option 1 and my budget is 10 dollars." in content, content[:500]
+    assert "messages" in content and "has_next_page" in content
+    assert raw not in "".join(str(m.content) for m in after if m.type != "tool"), \
+        "turn 0 itself is observed: only the recall result brings the raw message back"
+    assert str(after[0].content).startswith(USER_PROMPT)
+    state = (await agent.aget_state(config)).values["messages"]
+    assert any(isinstance(m, ToolMessage) and m.name == "recall" for m in state)
+
+
+NEW_MEMORY = "# About the user\n- Name: Aiko\n\n# Preferences and constraints\n- Budget: 300 dollars"
+
+
+def agent_managed_om(store: OMStore, message_tokens: int = 600) -> ObservationalMemory:
+    """Both may write working memory: the agent (tool) and the Observer (extractor)."""
+    return make_om(store, working_memory={"agent_managed": True},
+                   observation={"message_tokens": message_tokens, "manage_working_memory": True})
+
+
+def test_middleware_contributes_the_working_memory_tool_when_agent_managed() -> None:
+    managed = agent_managed_om(InMemoryStore())
+    assert [t.name for t in ObservationalMemoryMiddleware(managed).tools] == ["update_working_memory"]
+    both = make_om(InMemoryStore(), working_memory=True, retrieval=True)
+    assert [t.name for t in ObservationalMemoryMiddleware(both).tools] == ["recall", "update_working_memory"]
+    observer_only = make_om(InMemoryStore(), observation={"message_tokens": 600, "manage_working_memory": True})
+    assert list(ObservationalMemoryMiddleware(observer_only).tools) == []
+    for om in (managed, both, observer_only):
+        om.close()
+
+
+def check_working_memory_update(model: ScriptedAgentModel) -> None:
+    results = [m for m in model.calls[4] if isinstance(m, ToolMessage)]
+    assert results and results[-1].name == "update_working_memory"
+    assert results[-1].content == "Working memory updated."
+    later = str(model.calls[-1][0].content)
+    assert later.startswith(USER_PROMPT) and "Name: Aiko" in later, "the new document is in the context"
+
+
+async def test_agent_updates_working_memory_async(store: OMStore) -> None:
+    om = agent_managed_om(store, message_tokens=20_000)  # no Observer cycle: only the agent writes
+    model = ScriptedAgentModel(tool_calls_on={3: ("update_working_memory", {"content": NEW_MEMORY})})
+    agent = create_agent(model, [lookup_price], system_prompt=USER_PROMPT,
+                         middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    # user_id is accepted for resource_id by the middleware: the tool writes where the context reads
+    config: RunnableConfig = {"configurable": {"thread_id": "wm-mw", "user_id": "aiko"}}
+    assert om.working_memory is not None
+    for i in range(6):
+        await agent.ainvoke({"messages": [user_turn(i)]}, config)
+    assert await om.working_memory.aget("wm-mw", resource_id="aiko") == NEW_MEMORY
+    check_working_memory_update(model)
+
+
+def test_agent_updates_working_memory_sync() -> None:
+    om = agent_managed_om(InMemoryStore(), message_tokens=20_000)
+    try:
+        model = ScriptedAgentModel(tool_calls_on={3: ("update_working_memory", {"content": NEW_MEMORY})})
+        agent = create_agent(model, [lookup_price], system_prompt=USER_PROMPT,
+                             middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+        config: RunnableConfig = {"configurable": {"thread_id": "wm-mw-sync", "resource_id": "aiko"}}
+        for i in range(6):
+            agent.invoke({"messages": [user_turn(i)]}, config)
+        assert om.working_memory is not None
+        assert om.working_memory.get("wm-mw-sync", resource_id="aiko") == NEW_MEMORY
+        check_working_memory_update(model)
+    finally:
+        om.close()
+
+
+# --------------------------------------------------------------------------- events through create_agent
+
+
+async def test_custom_stream_and_callbacks_see_the_same_events(store: OMStore) -> None:
+    om = make_om(store)
+    model = ScriptedAgentModel(tool_calls_on={i: ("lookup_price", {"item": f"x{i}"}) for i in range(2, 200, 7)})
+    agent = create_agent(model, [lookup_price], middleware=[ObservationalMemoryMiddleware(om)],
+                         checkpointer=InMemorySaver())
+    handler = OMEventHandler()
+    config: RunnableConfig = {"configurable": {"thread_id": "mw-stream"}, "callbacks": [handler]}
+    parts: list[dict[str, Any]] = []
+    for i in range(TURNS):
+        order: list[str] = []
+        async for mode, chunk in agent.astream({"messages": [user_turn(i)]}, config,
+                                               stream_mode=["custom", "updates"]):
+            if mode == "custom":
+                parts.append(chunk)
+                order.append(chunk["type"])
+            else:
+                order.extend(f"node:{name}" for name in chunk)
+        # every model call is preceded by exactly one status (the middleware runs inside the model node)
+        models = [k for k, name in enumerate(order) if name == "node:model"]
+        statuses = [k for k, name in enumerate(order) if name == "data-om-status"]
+        assert len(statuses) == len(models) >= 1
+        assert all(s < m for s, m in zip(statuses, models, strict=True))
+        await om.await_background()
+    assert parts and all(p["type"].startswith("data-om-") for p in parts)
+    assert [e.to_part() for e in handler.events] == parts, "callbacks and the custom stream agree"
+    types = {p["type"] for p in parts}
+    assert {"data-om-status", "data-om-activation", "data-om-buffering-start", "data-om-buffering-end"} <= types
+    assert sum(1 for p in parts if p["type"] == "data-om-status") == len(model.calls)
+
+
+async def test_astream_events_carries_om_events_through_the_middleware(store: OMStore) -> None:
+    om = make_om(store, observation={"message_tokens": 600, "buffer_tokens": False})
+    model = ScriptedAgentModel()
+    agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "mw-events"}}
+    names: list[str] = []
+    for i in range(12):
+        async for event in agent.astream_events({"messages": [user_turn(i)]}, config, version="v2"):
+            if event["event"] == "on_custom_event":
+                names.append(event["name"])
+                assert event["data"]["type"] == event["name"]
+    assert names.count("data-om-status") == 12 == len(model.calls)
+    assert "data-om-observation-start" in names and "data-om-observation-end" in names
+    start = names.index("data-om-observation-start")
+    assert names.index("data-om-observation-end") > start
+
+
+def test_sync_stream_custom_through_the_middleware() -> None:
+    om = make_om(InMemoryStore(), observation={"message_tokens": 600, "buffer_tokens": False})
+    try:
+        model = ScriptedAgentModel()
+        agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)],
+                             checkpointer=InMemorySaver())
+        config: RunnableConfig = {"configurable": {"thread_id": "mw-sync-stream"}}
+        parts = [chunk for i in range(12)
+                 for chunk in agent.stream({"messages": [user_turn(i)]}, config, stream_mode="custom")]
+        names = [p["type"] for p in parts]
+        assert names.count("data-om-status") == 12 == len(model.calls)
+        assert "data-om-observation-start" in names and "data-om-observation-end" in names
+    finally:
+        om.close()
