@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Literal, Union
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -127,8 +127,25 @@ def state_update(current: Sequence[BaseMessage], context: OMContext) -> list[Bas
 # ------------------------------------------------------------------ nodes
 
 
+CurrentModel = Union[str, Callable[[RunnableConfig], str | None], None]  # noqa: UP007 (runtime alias on 3.10)
+
+
+def current_model_from(config: RunnableConfig, current_model: CurrentModel) -> str | None:
+    """The id of the model the next node will call (for ``activate_on_provider_change``):
+    the ``current_model`` argument (a string, or a function of the run's config), else a
+    string under ``config["configurable"]["model"]``, the usual place for a per-run model choice."""
+    if callable(current_model):
+        chosen = current_model(config)
+        return str(chosen) if chosen else None
+    if current_model:
+        return current_model
+    configured = (config.get("configurable") or {}).get("model")
+    return configured if isinstance(configured, str) and configured else None
+
+
 def _phase_node(
-    om: ObservationalMemory, name: str, messages_key: str, goto: str, on_abort: OnAbort
+    om: ObservationalMemory, name: str, messages_key: str, goto: str, on_abort: OnAbort,
+    current_model: CurrentModel = None,
 ) -> Runnable[Any, Command[str]]:
     """One OM phase as a node that routes with ``Command``: on to ``goto``, or to ``END`` when aborted."""
     phase = _NODE_PHASE[name]
@@ -145,14 +162,16 @@ def _phase_node(
     async def arun(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
-        context = await om.aprocess(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,))
+        context = await om.aprocess(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,),
+                                    current_model=current_model_from(config, current_model))
         return finish(messages, context)
 
     def run(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
         # OM's sync twin runs on its private loop and dispatches the events with this run's config
-        context = om.process(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,))
+        context = om.process(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,),
+                             current_model=current_model_from(config, current_model))
         return finish(messages, context)
 
     return RunnableLambda(run, afunc=arun, name=name)
@@ -174,6 +193,7 @@ def add_observational_memory(
     before: str = "agent",
     messages_key: str = "messages",
     on_abort: OnAbort = "end",
+    current_model: CurrentModel = None,
 ) -> StateGraph[Any, Any, Any, Any]:
     """Insert ``om_activator -> om_observer -> om_reflector`` ahead of the node ``before``.
 
@@ -199,6 +219,11 @@ def add_observational_memory(
       Check ``result["messages"][-1].response_metadata.get("om_tripwire")``.
     - ``"raise"``: the node raises ``OMAborted`` and the invoke fails; the checkpoint keeps
       what the nodes before it wrote, so the thread can be retried or continued.
+
+    ``current_model`` names the model ``before`` will call (``"openai:gpt-5-mini"``, or a
+    function of the run's config), so ``activate_on_provider_change`` can compare it with the
+    model that wrote the last reply; without it, a string ``config["configurable"]["model"]``
+    is used when present.
     """
     if not isinstance(builder, StateGraph):
         raise TypeError(f"builder: expected a langgraph StateGraph, got {type(builder).__name__}")
@@ -239,7 +264,8 @@ def add_observational_memory(
                 branches[branch_name] = spec._replace(path=wrapped)
 
     for name, goto in ((ACTIVATOR, OBSERVER), (OBSERVER, REFLECTOR), (REFLECTOR, before)):
-        builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort), destinations=(goto, END))
+        builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort, current_model),
+                         destinations=(goto, END))
     return builder
 
 

@@ -19,7 +19,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langchain_om.callbacks import SyncOMEventHandler
+from langchain_om.callbacks import OMEventHandler, SyncOMEventHandler
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory, OMAborted
 from langchain_om.graph import (
@@ -598,3 +598,45 @@ def test_agent_updates_working_memory_sync_graph() -> None:
         check_working_memory_update(model)
     finally:
         om.close()
+
+
+@pytest.mark.parametrize("how", ["argument", "configurable"])
+async def test_provider_change_activates_buffered_chunks_through_the_nodes(how: str) -> None:
+    """The nodes learn which model ``agent`` calls next, so a provider switch activates staged chunks."""
+    om = make_om(InMemoryStore(), activate_on_provider_change=True,
+                 observation={"message_tokens": 5000, "buffer_tokens": 300})
+
+    async def agent(state: State) -> dict[str, Any]:
+        reply = await ScriptedAgentModel().ainvoke(state["messages"])
+        reply.response_metadata = {"model_name": "gpt-4o", "model_provider": "openai"}
+        return {"messages": [reply]}
+
+    model_box = {"id": "openai:gpt-4o"}
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    if how == "argument":
+        add_observational_memory(builder, om, current_model=lambda _config: model_box["id"])
+    else:
+        add_observational_memory(builder, om)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    events = OMEventHandler()
+
+    def config() -> dict[str, Any]:
+        configurable: dict[str, Any] = {"thread_id": "switch"}
+        if how == "configurable":
+            configurable["model"] = model_box["id"]
+        return {"configurable": configurable, "callbacks": [events]}
+
+    for turn in range(6):
+        await graph.ainvoke({"messages": [user_turn(turn)]}, config())
+        await om.await_background()
+    assert (await om.aget_record("switch")).buffered_chunks, "chunks were staged"
+    assert not events.of_type("data-om-activation"), "same provider: nothing activates below the threshold"
+    model_box["id"] = "anthropic:claude-sonnet-4-5"
+    await graph.ainvoke({"messages": [user_turn(6)]}, config())
+    activations = events.of_type("data-om-activation")
+    assert activations and activations[0].data.triggered_by == "provider_change"
+    assert activations[0].data.current_model == "anthropic:claude-sonnet-4-5"
+    assert (await om.aget_record("switch")).groups, "the staged chunks are now the observation log"
