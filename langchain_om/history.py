@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
-from .engine import ObservationalMemory
+from .engine import ObservationalMemory, OMAborted, OMContext
 from .store.base import check_id
 
 
@@ -23,7 +23,9 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
     ``messages`` / ``aget_messages()`` run an OM step (observing or reflecting if the
     thresholds say so) and return the context to send to the model. ``clear()`` deletes
     the thread's messages and its record. Messages added without an id get one (on a copy;
-    the caller's objects are not modified).
+    the caller's objects are not modified). When OM cannot build a context (no tier of a
+    ``ModelByInputTokens`` fits the Observer's input), reading raises ``OMAborted`` rather
+    than handing an over-budget history to the model; the stored messages are untouched.
     """
 
     def __init__(self, om: ObservationalMemory, thread_id: str, resource_id: str | None = None) -> None:
@@ -35,12 +37,10 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        context = self.om.process(self.thread_id, [], resource_id=self.resource_id)
-        return context.to_messages()
+        return _checked(self.om.process(self.thread_id, [], resource_id=self.resource_id))
 
     async def aget_messages(self) -> list[BaseMessage]:
-        context = await self.om.aprocess(self.thread_id, [], resource_id=self.resource_id)
-        return context.to_messages()
+        return _checked(await self.om.aprocess(self.thread_id, [], resource_id=self.resource_id))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         self.om.on_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id)
@@ -53,6 +53,12 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         await self.om.adelete_thread(self.thread_id, resource_id=self.resource_id)
+
+
+def _checked(context: OMContext) -> list[BaseMessage]:
+    if context.aborted is not None:
+        raise OMAborted(f"chat history: {context.aborted}")
+    return context.to_messages()
 
 
 def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

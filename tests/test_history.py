@@ -193,3 +193,21 @@ async def test_runnable_with_message_history_60_turns(store: OMStore) -> None:
     record = await om.aget_record("s1")
     assert record.groups and record.generation_count >= 1
     assert len(unobserved(last)) < len(stored)
+
+
+async def test_an_aborted_step_raises_instead_of_returning_an_over_budget_history() -> None:
+    from langchain_om.engine import OMAborted
+    from langchain_om.models import ModelByInputTokens
+
+    om = make_om(InMemoryStore(), model=ModelByInputTokens(up_to={50: ScriptedObserverModel()}),
+                 observation={"message_tokens": 200, "buffer_tokens": False})
+    history = ObservationalChatMessageHistory(om, "t1")
+    filler = " ".join(f"word{i}" for i in range(80))
+    await history.aadd_messages([HumanMessage(f"q {filler}", id="h1"), AIMessage(f"a {filler}", id="a1"),
+                                 HumanMessage("and now?", id="h2")])
+    with pytest.raises(OMAborted, match="chat history"):
+        await history.aget_messages()
+    with pytest.raises(OMAborted):
+        _ = history.messages
+    stored = await om.store.aget_messages("t1", "t1")
+    assert [m.id for m in stored] == ["h1", "a1", "h2"] and not any(m.observed for m in stored)
