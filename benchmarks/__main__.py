@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         timings[name] = time.perf_counter() - started
     picture = plot(results, args.out / "benchmarks.png")
     summary_path = write_result("summary", {"quick": args.quick, "sections_seconds": timings,
-                                            "ratios": {k: v.get("ratios") for k, v in results.items()}}, args.out)
+                                            "ratios": {k: v.get("ratios") for k, v in results.items()},
+                                            "targets": {k: v["target"] for k, v in results.items() if "target" in v}},
+                                 args.out)
     print(f"\nplot: {picture}\nsummary: {summary_path}\ntotal: {sum(timings.values()):.0f} s")
     return results
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+from pathlib import Path
 from typing import Any
 
-from .common import table, write_result
+from .common import fmt, ratio, table, write_result
 from .history import SUMMARY_CONFIGS, StepStats, bench_counter, run_full, run_om, run_summarization, tempdir
 
 
@@ -44,7 +45,36 @@ def payload_from(stats: list[StepStats], sizes: list[int], steps: int) -> dict[s
             "prefix_share_mean": statistics.fmean(s.prefix_share), "prefix_share_min": min(s.prefix_share),
             "events": s.events,
         }
-    return {"params": {"sizes": sizes, "steps": steps, "counter": bench_counter().source}, "strategies": rows}
+    return {"params": {"sizes": sizes, "steps": steps, "counter": bench_counter().source}, "strategies": rows,
+            "ratios": ratios_from(rows, sizes)}
+
+
+def ratios_from(rows: dict[str, dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
+    """OM's prompt tokens (mean and max) over each other strategy's, and every prefix share, per size."""
+    ratios: dict[str, Any] = {}
+    om = rows.get("om", {})
+    others = [name for name in rows if name != "om"]
+    for size in map(str, sizes):
+        if size not in om:
+            continue
+        for name in others:
+            if size not in rows[name]:
+                continue
+            ratios[f"om / {name} tokens mean at {size}"] = ratio(om[size]["prompt_tokens_mean"],
+                                                                 rows[name][size]["prompt_tokens_mean"])
+            ratios[f"om / {name} tokens max at {size}"] = ratio(om[size]["prompt_tokens_max"],
+                                                                rows[name][size]["prompt_tokens_max"])
+        ratios[f"prefix share mean at {size}"] = {name: rows[name][size]["prefix_share_mean"]
+                                                  for name in rows if size in rows[name]}
+    return ratios
+
+
+_REWRITES = ("data-om-activation", "data-om-observation-end", "summaries")
+
+
+def context_changes(events: dict[str, int]) -> int:
+    """How many steps rewrote the head of the prompt (each one breaks the prompt-cache prefix)."""
+    return sum(events.get(name, 0) for name in _REWRITES)
 
 
 def report(payload: dict[str, Any]) -> str:
@@ -52,10 +82,33 @@ def report(payload: dict[str, Any]) -> str:
     for name, per_size in payload["strategies"].items():
         for size, d in per_size.items():
             rows.append([name, int(size), d["prompt_tokens_mean"], d["prompt_tokens_max"], 100 * d["prefix_share_mean"],
-                         100 * d["prefix_share_min"]])
+                         100 * d["prefix_share_min"], context_changes(d["events"])])
     out = table(f"Prompt tokens per step ({payload['params']['steps']} steps, counter {payload['params']['counter']})",
-                ["strategy", "history", "tokens mean", "tokens max", "prefix % mean", "prefix % min"], rows)
+                ["strategy", "history", "tokens mean", "tokens max", "prefix % mean", "prefix % min",
+                 "context rewrites"], rows)
+    out += ("\n  context rewrites: OM activations, observations and reflections, or summaries, during the measured"
+            " steps; with none, the prefix share is the steady state between them")
     out += "\n  (full history above ~200k tokens would not fit a model's context; shown for scale)"
+    ratios = payload.get("ratios") or {}
+    names = [n for n in payload["strategies"] if n != "om"]
+    sizes = [str(s) for s in payload["params"]["sizes"]]
+    if "om" in payload["strategies"] and names:
+        ratio_rows = []
+        for size in sizes:
+            row: list[Any] = [int(size)]
+            for name in names:
+                mean = ratios.get(f"om / {name} tokens mean at {size}")
+                top = ratios.get(f"om / {name} tokens max at {size}")
+                row.append(f"{fmt(mean, 3)} / {fmt(top, 3)}")
+            ratio_rows.append(row)
+        out += "\n\n" + table("OM prompt tokens / other strategy's (mean / max)", ["history", *names], ratio_rows)
+        share_rows = []
+        for size in sizes:
+            shares = ratios.get(f"prefix share mean at {size}", {})
+            share_rows.append([int(size), *(f"{100 * shares[n]:.1f}" if n in shares else "n/a"
+                                            for n in ["om", *names])])
+        out += "\n\n" + table("Prefix share of the prompt, mean % (what a prompt cache can reuse)",
+                                ["history", "om", *names], share_rows)
     return out
 
 
@@ -75,11 +128,13 @@ def run(args: argparse.Namespace, stats: list[StepStats] | None = None) -> dict[
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.prompt_tokens", description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
     known, _ = parser.parse_known_args(argv)
     add_arguments(parser, known.quick)
-    payload = run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    payload = run(args)
     print(report(payload))
-    print(f"  -> {write_result('prompt_tokens', payload)}")
+    print(f"  -> {write_result('prompt_tokens', payload, args.out)}")
     return payload
 
 

@@ -198,11 +198,13 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.storage", description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
     known, _ = parser.parse_known_args(argv)
     add_arguments(parser, known.quick)
-    payload = run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    payload = run(args)
     print(report(payload))
-    print(f"  -> {write_result('storage', payload)}")
+    print(f"  -> {write_result('storage', payload, args.out)}")
     return payload
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -90,11 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.token_counting", description=__doc__)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
     known, _ = parser.parse_known_args(argv)
     add_arguments(parser, known.quick)
-    payload = run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    payload = run(args)
     print(report(payload))
-    print(f"  -> {write_result('token_counting', payload)}")
+    print(f"  -> {write_result('token_counting', payload, args.out)}")
     return payload
 
 

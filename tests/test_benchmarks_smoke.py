@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import __main__ as suite
 from benchmarks import buffering, prompt_tokens, step_cost, storage, token_counting
-from benchmarks.common import conversation, percentile, summary
+from benchmarks.common import conversation, percentile, summary, turn_messages
 from benchmarks.history import PromptMeter, bench_counter
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -68,8 +68,23 @@ def test_buffering_quick_produces_waits_and_ratios() -> None:
         assert data["wait_ms"]["p95"] >= data["wait_ms"]["p50"] >= 0
     assert payload["strategies"]["om-sync"]["observer_calls"] >= 1  # 14 turns cross 600 tokens
     assert payload["strategies"]["summarization"]["summaries"] >= 1
-    assert "buffered_p95_over_sync_p95" in payload["ratios"]
-    assert "buffered p95 / sync p95" in buffering.report(payload)
+    for data in payload["strategies"].values():
+        assert data["wait_ms"]["max"] >= data["wait_ms"]["mean"] >= 0
+        assert 0 <= data["share_waiting_over_100ms"] <= 1
+        assert data["steps_waiting_over_100ms"] == round(data["share_waiting_over_100ms"] * 14)
+    for key in ("buffered_p95_over_sync_p95", "buffered_mean_over_sync_mean", "buffered_max_over_sync_max"):
+        assert key in payload["ratios"]
+    assert payload["params"]["message_tokens"] == 600 and payload["params"]["block_after"] == buffering.BLOCK_AFTER
+    assert isinstance(payload["target"]["robust"], bool)
+    text = buffering.report(payload)
+    assert "buffered p95 / sync p95" in text and "buffered mean / sync mean" in text
+    assert "message_tokens=600" in text and "observation_tokens=2000" in text
+
+
+def test_buffering_defaults_make_the_synchronous_run_block_often() -> None:
+    """The default thresholds make sync block on >= 10% of the turns (108 tokens a turn, estimated)."""
+    tokens = sum(bench_counter().count_message(m) for turn in range(200) for m in turn_messages(turn))
+    assert tokens / buffering.MESSAGE_TOKENS >= 0.10 * 200
 
 
 def test_step_cost_and_prompt_tokens_quick() -> None:
@@ -80,10 +95,36 @@ def test_step_cost_and_prompt_tokens_quick() -> None:
             assert payload["strategies"][name][size]["memory_ms"]["n"] == 3
     assert payload["strategies"]["full-history"]["600"]["state_messages"] == 600 + 2 * (3 + 1)  # + warm-up step
     assert "om-memory: mean at 600 / mean at 300 (flat = 1)" in payload["ratios"]
+    comparisons = payload["target"]["comparisons"]
+    assert {(c["om"], c["summarization"]) for c in comparisons} == {
+        ("om-memory", "summarization-70k"), ("om-memory", "summarization-800k")}
+    assert all(c["met"] == (c["ratio"] is not None and c["ratio"] <= 0.1) for c in comparisons)
+    text = step_cost.report(payload)
+    assert "verdict:" in text and text.count("om-memory vs summarization-") == 2
     prompts = prompt_tokens.run(_ns(prompt_tokens, sizes=[300, 600], steps=3), stats)
     om, full = prompts["strategies"]["om"]["600"], prompts["strategies"]["full-history"]["600"]
     assert 0 < om["prefix_share_mean"] <= 1 and full["prompt_tokens_max"] >= full["prompt_tokens_mean"] > 0
     assert "prefix % mean" in prompt_tokens.report(prompts)
+    ratios = prompts["ratios"]
+    for name in ("summarization-70k", "summarization-800k", "full-history"):
+        for size in ("300", "600"):
+            expected = om["prompt_tokens_mean"] / full["prompt_tokens_mean"] if name == "full-history" else None
+            value = ratios[f"om / {name} tokens mean at {size}"]
+            assert value > 0 and ratios[f"om / {name} tokens max at {size}"] > 0
+            if expected is not None and size == "600":
+                assert value == pytest.approx(expected)
+    assert set(ratios["prefix share mean at 600"]) == {"om", "summarization-70k", "summarization-800k",
+                                                       "full-history"}
+    assert "OM prompt tokens / other strategy's" in prompt_tokens.report(prompts)
+
+
+def test_step_cost_reports_persistence_when_both_stores_run() -> None:
+    args = _ns(step_cost, sizes=[300], steps=2, stores=["sqlite", "memory"])
+    payload, _ = step_cost.run(args)
+    persistence = payload["persistence"]["300"]
+    assert persistence["sqlite_minus_memory_ms"] == pytest.approx(persistence["sqlite_ms"] - persistence["memory_ms"])
+    assert len(payload["target"]["comparisons"]) == 4
+    assert "no-op persistence" in step_cost.report(payload)
 
 
 def test_token_counting_quick() -> None:

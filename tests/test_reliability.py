@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from langchain_om.store.base import OMStore
 WORKER = str(Path(__file__).parent / "workers" / "om_worker.py")
 TURNS = 200  # 100+ observation/activation cycles at message_tokens=300
 KILLS = 8
+MIN_CONCURRENT_CYCLES = 80  # measured 132-139 on 2 cores; one worker alone commits 100+
 
 
 def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, Any]:
@@ -62,13 +65,27 @@ def spawn(url: str, *extra: str) -> subprocess.Popen[str]:
     )
 
 
-async def check(url: str) -> int:
+@dataclass
+class Outcome:
+    """What the workers left in the store once they all finished."""
+
+    cycles: int  # observation groups (reflection is off in the worker, so one per committed cycle)
+    spans: list[tuple[int, int]]  # (first seq, last seq) of each group, oldest first
+    last_observed: int  # the record's last observed seq
+
+
+async def check(url: str) -> Outcome:
+    """assert_consistent (stored once, marks agree, groups disjoint), then what was observed."""
     store = open_store(url)
     await store.asetup()
     try:
         await assert_consistent(store, "t1", "t1", expected_messages=2 * TURNS)
         record = await store.aget_record("t1", "t1")
-        return len(record.groups) if record else 0
+        if record is None:
+            return Outcome(0, [], 0)
+        seq_of = {m.id: m.seq for m in await store.aget_messages("t1", "t1")}
+        spans = sorted((seq_of[g.start_id], seq_of[g.end_id]) for g in record.groups)
+        return Outcome(len(record.groups), spans, record.last_observed_seq.get("t1", 0))
     finally:
         await store.aclose()
 
@@ -106,7 +123,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err
         assert "done" in out
-        cycles = asyncio.run(check(url))
+        cycles = asyncio.run(check(url)).cycles
         assert len(set(kill_points)) == KILLS, f"kills landed at distinct turns: {kill_points}"
         assert cycles >= 100, f"only {cycles} observation/activation cycles were committed"
     finally:
@@ -141,7 +158,15 @@ def test_eight_concurrent_workers_never_double_observe(
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err
             assert "done" in out
-        asyncio.run(check(url))
+        outcome = asyncio.run(check(url))
+        # the eight replays really observed: many cycles, and most of the thread is behind them
+        assert outcome.cycles >= MIN_CONCURRENT_CYCLES, f"only {outcome.cycles} observation cycles were committed"
+        assert outcome.last_observed >= 2 * TURNS - 20, f"only {outcome.last_observed} of {2 * TURNS} observed"
+        # groups tile the observed range: disjoint, in order, no gap, starting at the first message
+        assert outcome.spans[0][0] == 1
+        for (_, end), (start, _) in pairwise(outcome.spans):
+            assert start == end + 1, f"groups overlap or leave a gap: {outcome.spans}"
+        assert outcome.spans[-1][1] == outcome.last_observed
     finally:
         drop_schema(info)
 
