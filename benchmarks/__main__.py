@@ -1,6 +1,6 @@
 """Run the whole benchmark suite in one process and print every table of ratios.
 
-    python -m benchmarks                  # everything, ~8-10 minutes on 2 cores
+    python -m benchmarks                  # everything, ~7-10 minutes on 2 cores
     python -m benchmarks --quick          # small sizes and short delays, ~1 minute
     python -m benchmarks --only buffering,storage --no-pg
 
