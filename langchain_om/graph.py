@@ -45,6 +45,7 @@ ACTIVATOR = "om_activator"
 OBSERVER = "om_observer"
 REFLECTOR = "om_reflector"
 OM_NODES: tuple[str, str, str] = (ACTIVATOR, OBSERVER, REFLECTOR)
+TURN_END = "om_turn_end"  # added only with observation.buffer_on_idle
 _NODE_PHASE: dict[str, Phase] = {ACTIVATOR: "activate", OBSERVER: "observe", REFLECTOR: "reflect"}
 
 TRIPWIRE_KEY = "om_tripwire"
@@ -177,13 +178,52 @@ def _phase_node(
     return RunnableLambda(run, afunc=arun, name=name)
 
 
-def _remap(before: str) -> Any:
+def _remap(before: str, target: str = ACTIVATOR) -> Any:
     def remap(result: Any) -> Any:
         if isinstance(result, (list, tuple)):
-            return [ACTIVATOR if r == before else r for r in result]
-        return ACTIVATOR if result == before else result
+            return [target if r == before else r for r in result]
+        return target if result == before else result
 
     return remap
+
+
+def om_turn_end_node(om: ObservationalMemory, *, messages_key: str = "messages") -> Runnable[Any, dict[str, Any]]:
+    """A node for the end of an agent turn: stores the final messages and, with
+    ``observation.buffer_on_idle``, starts background buffering of what is still pending while
+    the user is away. ``add_observational_memory`` wires it in front of ``END`` by itself when
+    ``buffer_on_idle`` is on; use this to place it yourself."""
+
+    async def arun(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        thread_id, resource_id = ids_from_config(config)
+        await om.aon_turn_end(thread_id, _state_messages(state, messages_key), resource_id=resource_id)
+        return {}
+
+    def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        thread_id, resource_id = ids_from_config(config)
+        om.on_turn_end(thread_id, _state_messages(state, messages_key), resource_id=resource_id)
+        return {}
+
+    return RunnableLambda(run, afunc=arun, name=TURN_END)
+
+
+def _route_ends_through_turn_end(builder: StateGraph[Any, Any, Any, Any], source: str) -> bool:
+    """Rewire ``source -> END`` (plain or conditional) to ``source -> om_turn_end -> END``."""
+    rewired = False
+    if (source, END) in builder.edges:
+        builder.edges.discard((source, END))
+        builder.edges.add((source, TURN_END))
+        rewired = True
+    for branch_name, spec in list(builder.branches.get(source, {}).items()):
+        if spec.ends is not None:
+            if END in spec.ends.values():
+                ends: dict[Hashable, str] = {k: (TURN_END if v == END else v) for k, v in spec.ends.items()}
+                builder.branches[source][branch_name] = spec._replace(ends=ends)
+                rewired = True
+        else:
+            wrapped = spec.path | RunnableLambda(_remap(END, TURN_END))
+            builder.branches[source][branch_name] = spec._replace(path=wrapped)
+            rewired = True
+    return rewired
 
 
 def add_observational_memory(
@@ -219,6 +259,10 @@ def add_observational_memory(
       Check ``result["messages"][-1].response_metadata.get("om_tripwire")``.
     - ``"raise"``: the node raises ``OMAborted`` and the invoke fails; the checkpoint keeps
       what the nodes before it wrote, so the thread can be retried or continued.
+
+    With ``observation.buffer_on_idle`` on, the turn's exits from ``before`` to ``END``
+    (plain or conditional) go through an ``om_turn_end`` node that stores the final reply
+    and buffers what is pending while the user is away (see ``om_turn_end_node``).
 
     ``current_model`` names the model ``before`` will call (``"openai:gpt-5-mini"``, or a
     function of the run's config), so ``activate_on_provider_change`` can compare it with the
@@ -266,6 +310,10 @@ def add_observational_memory(
     for name, goto in ((ACTIVATOR, OBSERVER), (OBSERVER, REFLECTOR), (REFLECTOR, before)):
         builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort, current_model),
                          destinations=(goto, END))
+    if om.config.buffering_enabled and om.config.observation.buffer_on_idle and TURN_END not in builder.nodes:
+        if _route_ends_through_turn_end(builder, before):
+            builder.add_node(TURN_END, om_turn_end_node(om, messages_key=messages_key))
+            builder.add_edge(TURN_END, END)
     return builder
 
 

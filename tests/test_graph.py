@@ -640,3 +640,34 @@ async def test_provider_change_activates_buffered_chunks_through_the_nodes(how: 
     assert activations and activations[0].data.triggered_by == "provider_change"
     assert activations[0].data.current_model == "anthropic:claude-sonnet-4-5"
     assert (await om.aget_record("switch")).groups, "the staged chunks are now the observation log"
+
+
+@pytest.mark.parametrize("sync", [False, True])
+async def test_buffer_on_idle_buffers_at_the_end_of_each_turn(sync: bool) -> None:
+    """With buffer_on_idle the turn's exit to END runs om_turn_end: the final reply is stored and
+    what is pending is buffered while the user is away, below the buffer_tokens interval."""
+    om = make_om(InMemoryStore(), retrieval=True,
+                 observation={"message_tokens": 5000, "buffer_tokens": 4000, "buffer_on_idle": True})
+    model = ScriptedAgentModel(tool_calls_on={1: ("recall", {"mode": "messages"})})
+    graph = tool_graph(om, model, sync=sync)
+    assert "om_turn_end" in graph.get_graph().nodes
+    config: RunnableConfig = {"configurable": {"thread_id": "idle"}}
+    for turn in range(3):
+        if sync:
+            result = graph.invoke({"messages": [user_turn(turn)]}, config)
+        else:
+            result = await graph.ainvoke({"messages": [user_turn(turn)]}, config)
+        await om.await_background()
+        record = await om.aget_record("idle")
+        stored = await om.store.aget_messages("idle", "idle")
+        final = result["messages"][-1]
+        assert stored[-1].id == final.id, "the turn's final reply is stored at turn end"
+        assert record.buffered_chunks and record.buffered_chunks[-1].end_id == final.id, "pending work buffered"
+    assert not (await om.aget_record("idle")).groups, "buffering only: nothing activated below the threshold"
+
+
+def test_without_buffer_on_idle_there_is_no_turn_end_node() -> None:
+    om = make_om(InMemoryStore())
+    graph = tool_graph(om, ScriptedAgentModel())
+    assert "om_turn_end" not in graph.get_graph().nodes
+    om.close()
