@@ -15,7 +15,7 @@ from .config import ObservationConfig, OMConfigError, ReflectionConfig, Retrieva
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext
 from .extractors import Extractor
-from .graph import add_observational_memory, om_pre_model_hook, om_tools
+from .graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
 from .history import ObservationalChatMessageHistory
 from .hooks import HookContext, ObserveHooks
 from .middleware import ObservationalMemoryMiddleware
@@ -60,4 +60,5 @@ __all__ = [
     "events",
     "om_pre_model_hook",
     "om_tools",
+    "om_turn_end_node",
 ]
