@@ -236,6 +236,7 @@ class ObservationalMemory:
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
+        self._reflection_failed_at: dict[str, int] = {}  # record key -> log tokens at a failed sync reflection
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._step_numbers: dict[str, int] = {}
         self.section_providers: list[SectionProvider] = []
@@ -1091,6 +1092,12 @@ class ObservationalMemory:
             # the last one failed: then this crossing reflects synchronously
             if obs_tokens <= ref.block_after_tokens() and not record.metadata.get(_REFLECTION_FAILED):
                 return record
+        failed_at = self._reflection_failed_at.get(step.key)
+        if failed_at is not None and obs_tokens < failed_at + max(1, ref.observation_tokens // 10):
+            # the last synchronous reflection failed (error or no compression) at failed_at tokens:
+            # wait for the log to grow by a tenth of the threshold instead of paying the whole
+            # retry ladder again on every step
+            return record
         return await self._reflect_sync(step, record, trigger="turn-sync")
 
     async def _reflect_sync(self, step: _StepState, record: OMRecord, *, trigger: Trigger) -> OMRecord:
@@ -1098,7 +1105,10 @@ class ObservationalMemory:
         for _attempt in range(_MAX_COMMIT_RETRIES):
             outcome = await self._run_reflection(step, record, group_ids, trigger=trigger, buffering=False)
             if outcome is None:
+                if trigger == "turn-sync":
+                    self._reflection_failed_at[step.key] = record.observation_tokens
                 return record
+            self._reflection_failed_at.pop(step.key, None)
             text, _in_tokens, out_tokens, result = outcome
             updated = self._apply_reflection(record, group_ids, text, out_tokens, result)
             if updated is None:

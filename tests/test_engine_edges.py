@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -63,3 +64,26 @@ async def test_degenerate_reflector_output_keeps_the_log(garbage: str) -> None:
     assert record.generation_count == 0, "nothing degenerate was committed"
     assert record.groups and all(g.source == "observation" for g in record.groups)
     assert "Miso" in record.observations
+
+
+async def test_a_failed_reflection_is_not_retried_on_every_step() -> None:
+    """A Reflector that cannot compress costs its retry ladder once, then again only after the
+    log has grown by a tenth of observation_tokens, not on every following step."""
+
+    def respond(messages: list[BaseMessage]) -> str:
+        if is_reflector_prompt(messages):
+            body = str(messages[-1].content)
+            return "<observations>\n" + body + "\n" + body + "\n</observations>"  # bigger than its input
+        return OBSERVATION
+
+    model = CallableFake(fn=respond)
+    om = make_om(model, reflection={"observation_tokens": 90})
+    ladders: list[int] = []  # observation tokens at each reflection attempt
+    for history in conversation(30, words=8):
+        before = sum(is_reflector_prompt(p) for p in model.prompts)
+        await om.aprocess("t1", history)
+        if sum(is_reflector_prompt(p) for p in model.prompts) > before:
+            ladders.append((await om.aget_record("t1")).observation_tokens)
+    steps_over = 29  # every step after the first observation is over the 90-token threshold
+    assert 1 <= len(ladders) < steps_over // 2, f"reflection retried on {len(ladders)} steps"
+    assert all(later >= earlier + 9 for earlier, later in pairwise(ladders)), ladders
