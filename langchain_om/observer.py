@@ -25,6 +25,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from .messages import message_timestamp
 from .store.base import StoredMessage
 
 OBSERVER_PROMPT_MARKER = "You are the Observer of langchain-om, a memory system for AI assistants."
@@ -61,6 +62,21 @@ def thread_label(thread_id: str, obscure: bool) -> str:
     if not obscure:
         return thread_id
     return "thread-" + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:10]
+
+
+def _local_moment(message: BaseMessage, stored: datetime) -> datetime:
+    """The stored instant on the clock of the message's own timestamp: a message stamped
+    ``19:05-05:00`` is shown as 19:05 on its local date, not 00:05 UTC the next day, so the
+    Observer dates it (and resolves "tomorrow") as the user lived it."""
+    try:
+        own = message_timestamp(message)
+    except ValueError:
+        return stored
+    if own is None or own.utcoffset() is None:
+        return stored
+    if abs((own - stored).total_seconds()) > 1:
+        return stored
+    return stored.astimezone(own.tzinfo)
 
 
 def _fmt_time(moment: datetime) -> str:
@@ -245,7 +261,8 @@ def _as_pairs(messages: Sequence[TranscriptInput]) -> list[tuple[BaseMessage | N
                     text = ""
                 pairs.append((None, item.created_at, text.strip()))
                 continue
-            pairs.append((messages_from_dict([item.data])[0], item.created_at, None))
+            message = messages_from_dict([item.data])[0]
+            pairs.append((message, _local_moment(message, item.created_at), None))
         else:
             message, moment = item
             pairs.append((message, moment, None))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 
+from langchain_om.messages import TIMESTAMP_KEY
 from langchain_om.observer import (
     OBSERVER_PROMPT_MARKER,
     ObserverOutputError,
@@ -140,6 +141,21 @@ def test_stored_messages_and_temporal_markers() -> None:
     assert lines[2] == "--- 3 hours later ---"
     assert lines[3] == "[2026-12-01 17:06] User: Back again."
     assert lines[4] == "--- 2 days later ---"
+
+
+def test_times_are_shown_on_the_clock_of_the_message_timestamp() -> None:
+    """Stored instants are UTC; a message stamped with a local offset is shown on its own clock,
+    so an evening message keeps its date (and "tomorrow" resolves as the user meant it)."""
+    local = datetime.fromisoformat("2026-03-02T19:05:00-05:00")
+    message = HumanMessage("Book dinner for tomorrow.", response_metadata={TIMESTAMP_KEY: local.isoformat()})
+    plain = HumanMessage("No timestamp of its own.")
+    rows = [stored(1, message, local.astimezone(timezone.utc)), stored(2, plain, at(0))]
+    lines = format_transcript(rows).text.splitlines()
+    assert lines[0] == "[2026-03-02 19:05] User: Book dinner for tomorrow."
+    assert lines[1].startswith("[2026-12-01 14:05] User: No timestamp")
+    # a stamp that disagrees with the stored instant is ignored in favour of the store
+    wrong = HumanMessage("late import", response_metadata={TIMESTAMP_KEY: "2020-01-01T10:00:00+09:00"})
+    assert format_transcript([stored(3, wrong, at(0))]).text.startswith("[2026-12-01 14:05]")
 
 
 # ------------------------------------------------------------------ prompt
