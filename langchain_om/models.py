@@ -358,21 +358,28 @@ async def aresolve_chat_model(
     return chain
 
 
+def _declared_settings(fields: Mapping[str, Any], settings: ModelSettings | None) -> dict[str, Any]:
+    """OM's generation settings under the names a model class declares (``max_output_tokens``
+    or ``max_tokens``); settings it has no field for are left out."""
+    out: dict[str, Any] = {}
+    if settings is None:
+        return out
+    if settings.temperature is not None and "temperature" in fields:
+        out["temperature"] = settings.temperature
+    if settings.max_output_tokens is not None:
+        name = next((n for n in ("max_output_tokens", "max_tokens") if n in fields), None)
+        if name is not None:
+            out[name] = settings.max_output_tokens
+    return out
+
+
 def configured_copy(model: ChatRunnable, settings: ModelSettings | None, provider_options: Mapping[str, Any]) -> Any:
     """A copy of a chat model instance with OM's generation settings set on the fields it declares;
     provider options it has no field for go into its ``model_kwargs`` when it has one."""
     if not isinstance(model, BaseChatModel) or (settings is None and not provider_options):
         return model
     fields = type(model).model_fields
-    update: dict[str, Any] = {}
-    if settings is not None:
-        if settings.temperature is not None and "temperature" in fields:
-            update["temperature"] = settings.temperature
-        if settings.max_output_tokens is not None:
-            for name in ("max_output_tokens", "max_tokens"):
-                if name in fields:
-                    update[name] = settings.max_output_tokens
-                    break
+    update = _declared_settings(fields, settings)
     extra: dict[str, Any] = {}
     for key, value in provider_options.items():
         if key in fields:
@@ -502,16 +509,7 @@ def _bind_settings(model: ChatRunnable, settings: ModelSettings | None, provider
     """Bind only the kwargs the model declares, so no provider receives an unknown parameter."""
     if not isinstance(model, BaseChatModel):
         return model
-    fields = type(model).model_fields
-    kwargs: dict[str, Any] = {}
-    if settings is not None:
-        if settings.temperature is not None and "temperature" in fields:
-            kwargs["temperature"] = settings.temperature
-        if settings.max_output_tokens is not None:
-            if "max_output_tokens" in fields:
-                kwargs["max_output_tokens"] = settings.max_output_tokens
-            elif "max_tokens" in fields:
-                kwargs["max_tokens"] = settings.max_output_tokens
+    kwargs = _declared_settings(type(model).model_fields, settings)
     kwargs.update(provider_options)
     return model.bind(**kwargs) if kwargs else model
 
