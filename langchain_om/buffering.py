@@ -122,23 +122,59 @@ class BackgroundTasks:
             logger.error("langchain-om background task %s failed", task.get_name(), exc_info=exc)
 
     async def wait(self, key: str | None = None) -> None:
-        """Wait for running tasks (all, or those of one record)."""
-        tasks = [t for (k, _), t in self._tasks.items() if (key is None or k == key) and not t.done()]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def aclose(self, *, timeout: float | None = 30.0, cancel: bool = False) -> None:
-        tasks = [t for t in self._tasks.values() if not t.done()]
+        """Wait for running tasks (all, or those of one record), whichever event loop runs them:
+        the sync twins start theirs on OM's private loop, so an async caller may wait for those."""
+        tasks = [t for (k, _), t in list(self._tasks.items()) if (key is None or k == key) and not t.done()]
         if not tasks:
             return
-        if cancel:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        here = asyncio.get_running_loop()
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
+        for task in tasks:
+            by_loop.setdefault(task.get_loop(), []).append(task)
+        waits: list[Any] = []
+        for loop, group in by_loop.items():
+            if loop is here:
+                waits.append(asyncio.gather(*group, return_exceptions=True))
+            elif loop.is_running():
+                waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_gather_quietly(group), loop)))
+        if waits:
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    async def aclose(self, *, timeout: float | None = 30.0, cancel: bool = False) -> None:
+        """Wait up to ``timeout`` for running tasks (or cancel them at once), on whichever loop
+        each runs; what is still running after the timeout is cancelled."""
+        tasks = [t for t in list(self._tasks.values()) if not t.done()]
+        if not tasks:
             return
-        _done, pending = await asyncio.wait(tasks, timeout=timeout)
-        for task in pending:
+        here = asyncio.get_running_loop()
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
+        for task in tasks:
+            by_loop.setdefault(task.get_loop(), []).append(task)
+        closes: list[Any] = []
+        for loop, group in by_loop.items():
+            if loop is here:
+                closes.append(_close_group(group, timeout, cancel))
+            elif loop.is_running():
+                future = asyncio.run_coroutine_threadsafe(_close_group(group, timeout, cancel), loop)
+                closes.append(asyncio.wrap_future(future))
+        await asyncio.gather(*closes, return_exceptions=True)
+        if not cancel:
+            self._tasks.clear()
+
+
+async def _gather_quietly(tasks: list[asyncio.Task[Any]]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _close_group(tasks: list[asyncio.Task[Any]], timeout: float | None, cancel: bool) -> None:
+    """Runs on the tasks' own loop (task.cancel is not thread-safe)."""
+    if cancel:
+        for task in tasks:
             task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        self._tasks.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return
+    _done, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)

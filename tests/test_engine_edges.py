@@ -87,3 +87,24 @@ async def test_a_failed_reflection_is_not_retried_on_every_step() -> None:
     steps_over = 29  # every step after the first observation is over the 90-token threshold
     assert 1 <= len(ladders) < steps_over // 2, f"reflection retried on {len(ladders)} steps"
     assert all(later >= earlier + 9 for earlier, later in pairwise(ladders)), ladders
+
+
+async def test_async_callers_can_wait_for_work_the_sync_twins_started() -> None:
+    """``process`` runs on OM's private loop, so its background buffering lives there; an async
+    caller's ``await_background`` / ``aclose`` must wait for it rather than fail on the loop."""
+    import asyncio
+
+    class SlowFake(CallableFake):
+        async def _agenerate(self, messages: list[BaseMessage], *a: Any, **k: Any) -> Any:
+            await asyncio.sleep(0.3)
+            return await super()._agenerate(messages, *a, **k)
+
+    om = make_om(SlowFake(fn=lambda _m: OBSERVATION), observation={"message_tokens": 5000, "buffer_tokens": 300})
+    for history in conversation(4):
+        om.process("t1", history)  # sync twin: the buffering task starts on OM's loop
+    await om.await_background()  # from this test's own loop
+    record = await om.aget_record("t1")
+    assert record.buffered_chunks, "the background chunk was committed before await_background returned"
+    om.process("t1", list(conversation(5))[-1])
+    await om.aclose()  # waits for the private loop's task too
+    assert len((await om.store.aget_record("t1", "t1")).buffered_chunks) > len(record.buffered_chunks)
