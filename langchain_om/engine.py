@@ -445,14 +445,15 @@ class ObservationalMemory:
                     aborted = str(exc)
                     record = await self._load_record(resource, thread_id)
             window = await self._window(record, resource, thread_id, refresh=False)
-            closes_step = "reflect" in run
+            # the reflect phase closes an agent step; so does an abort, after which no model runs
+            closes_step = "reflect" in run or aborted is not None
             if closes_step:
                 self._step_numbers[key] = self._step_numbers.get(key, 0) + 1
             status = self._status(record, window, thread_id, self._step_numbers.get(key, 0))
             if closes_step:
                 step.events.insert(0, StatusEvent(data=status))
             context = await self._build_context(record, window, resource, thread_id)
-            if self.config.enabled and closes_step:
+            if self.config.enabled and closes_step and aborted is None:
                 self._schedule_background(step, record, window)
         remaining = {m.id for m in window}
         observed_ids = [m.id for m in window_before if m.id not in remaining]

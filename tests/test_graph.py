@@ -469,8 +469,10 @@ async def test_aborted_step_ends_the_run_with_a_tripwire_message(store: OMStore)
     state = await graph.aget_state(config)
     assert state.next == (), "the run is finished, not interrupted"
     # the next turn aborts again (the input still fits no tier) and nothing is stored twice
-    result = await graph.ainvoke({"messages": [HumanMessage("still there?")]}, config)
+    events = OMEventHandler()
+    result = await graph.ainvoke({"messages": [HumanMessage("still there?")]}, {**config, "callbacks": [events]})
     assert TRIPWIRE_KEY in result["messages"][-1].response_metadata
+    assert len(events.of_type("data-om-status")) == 1, "an aborted step still reports its status, once"
     stored = [m.id for m in await store.aget_messages(*(["trip-graph"] * 2))]
     assert len(stored) == len(set(stored))
 
