@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -125,20 +125,7 @@ class BackgroundTasks:
         """Wait for running tasks (all, or those of one record), whichever event loop runs them:
         the sync twins start theirs on OM's private loop, so an async caller may wait for those."""
         tasks = [t for (k, _), t in list(self._tasks.items()) if (key is None or k == key) and not t.done()]
-        if not tasks:
-            return
-        here = asyncio.get_running_loop()
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
-        for task in tasks:
-            by_loop.setdefault(task.get_loop(), []).append(task)
-        waits: list[Any] = []
-        for loop, group in by_loop.items():
-            if loop is here:
-                waits.append(asyncio.gather(*group, return_exceptions=True))
-            elif loop.is_running():
-                waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_gather_quietly(group), loop)))
-        if waits:
-            await asyncio.gather(*waits, return_exceptions=True)
+        await _on_their_loops(tasks, _gather_quietly)
 
     async def aclose(self, *, timeout: float | None = 30.0, cancel: bool = False) -> None:
         """Wait up to ``timeout`` for running tasks (or cancel them at once), on whichever loop
@@ -146,20 +133,29 @@ class BackgroundTasks:
         tasks = [t for t in list(self._tasks.values()) if not t.done()]
         if not tasks:
             return
-        here = asyncio.get_running_loop()
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
-        for task in tasks:
-            by_loop.setdefault(task.get_loop(), []).append(task)
-        closes: list[Any] = []
-        for loop, group in by_loop.items():
-            if loop is here:
-                closes.append(_close_group(group, timeout, cancel))
-            elif loop.is_running():
-                future = asyncio.run_coroutine_threadsafe(_close_group(group, timeout, cancel), loop)
-                closes.append(asyncio.wrap_future(future))
-        await asyncio.gather(*closes, return_exceptions=True)
+        await _on_their_loops(tasks, lambda group: _close_group(group, timeout, cancel))
         if not cancel:
             self._tasks.clear()
+
+
+async def _on_their_loops(
+    tasks: list[asyncio.Task[Any]], job: Callable[[list[asyncio.Task[Any]]], Coroutine[Any, Any, None]]
+) -> None:
+    """Run ``job`` over the tasks of each event loop on that loop (task methods are not
+    thread-safe) and wait for all of them; loops that no longer run are skipped."""
+    if not tasks:
+        return
+    here = asyncio.get_running_loop()
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
+    for task in tasks:
+        by_loop.setdefault(task.get_loop(), []).append(task)
+    runs: list[Any] = []
+    for loop, group in by_loop.items():
+        if loop is here:
+            runs.append(job(group))
+        elif loop.is_running():
+            runs.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(job(group), loop)))
+    await asyncio.gather(*runs, return_exceptions=True)
 
 
 async def _gather_quietly(tasks: list[asyncio.Task[Any]]) -> None:
