@@ -86,7 +86,7 @@ from .store.base import (
     record_key,
     utcnow,
 )
-from .temporal import MARKER_KIND
+from .temporal import is_marker_message
 from .tokens import TokenCounter, get_token_counter
 
 logger = logging.getLogger("langchain_om")
@@ -518,7 +518,7 @@ class ObservationalMemory:
         """
         human = last_human_index(messages)
         # a temporal marker belongs to the message it announces: both stay, or both go
-        while human is not None and human > 0 and _is_marker(messages[human - 1]):
+        while human is not None and human > 0 and is_marker_message(messages[human - 1]):
             human -= 1
         cut = safe_cut_at_or_before(messages, human if human is not None else len(messages))
         keep = self.config.observation.tokens_to_keep_after_activation()
@@ -1500,10 +1500,6 @@ class ObservationalMemory:
     @staticmethod
     def _pending_from_background(event: OMEvent) -> bool:
         return event.type.startswith("data-om-buffering-")
-
-
-def _is_marker(message: BaseMessage) -> bool:
-    return message.additional_kwargs.get("langchain_om_kind") == MARKER_KIND
 
 
 def _pins_human(messages: Sequence[BaseMessage], cut: int) -> str | None:

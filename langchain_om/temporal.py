@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
 from .events import TemporalMarkerData, TemporalMarkerEvent
 from .messages import TIMESTAMP_KEY, dump_message
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 GAP_THRESHOLD = timedelta(minutes=10)
 MARKER_TAG = "time-gap"
 MARKER_KIND = "temporal-marker"
+KIND_KEY = "langchain_om_kind"  # in a marker's additional_kwargs
 
 
 def describe_gap(gap: timedelta) -> str:
@@ -67,7 +68,12 @@ def is_marker_message_data(data: dict[str, object]) -> bool:
     if not isinstance(inner, dict):
         return False
     extra = inner.get("additional_kwargs")
-    return isinstance(extra, dict) and extra.get("langchain_om_kind") == MARKER_KIND
+    return isinstance(extra, dict) and extra.get(KIND_KEY) == MARKER_KIND
+
+
+def is_marker_message(message: BaseMessage) -> bool:
+    """True for a marker as a LangChain message (a cut keeps it with the message it announces)."""
+    return message.additional_kwargs.get(KIND_KEY) == MARKER_KIND
 
 
 def _marker_row(thread_id: str, before: NewMessage, gap: timedelta) -> NewMessage:
@@ -76,7 +82,7 @@ def _marker_row(thread_id: str, before: NewMessage, gap: timedelta) -> NewMessag
     message = HumanMessage(
         content=text,
         id=mid,
-        additional_kwargs={"langchain_om_kind": MARKER_KIND},
+        additional_kwargs={KIND_KEY: MARKER_KIND},
         response_metadata={TIMESTAMP_KEY: before.created_at.isoformat()},
     )
     return NewMessage(id=mid, data=dump_message(message), tokens=0, created_at=before.created_at, kind=MARKER_KIND)
