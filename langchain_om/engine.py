@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
 from . import observer as observer_mod
@@ -1356,6 +1356,34 @@ class ObservationalMemory:
 
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self._loop.run(self.aget_record(thread_id, **kwargs))
+
+    def observed_state_ids(
+        self, thread_id: str, messages: Sequence[BaseMessage], context: OMContext, *, resource_id: str | None = None
+    ) -> list[str]:
+        """Ids of ``messages`` (a caller's own state, as passed to the step that returned
+        ``context``) that may leave that state: OM has stored them and they are out of the
+        unobserved window. So a checkpointed state stays as bounded as OM's context.
+
+        Kept whatever the window says: messages OM never stored, the newest human turn
+        (that message and everything after it), and a tool call and its results, which
+        leave together or stay together.
+        """
+        if context.aborted is not None:
+            return []
+        resource = self._resource_for(thread_id, resource_id)
+        known = self._known_ids.get(record_key(resource, thread_id), set())
+        in_window = {m.id for m in context.messages}
+        newest_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=-1)
+        if newest_human <= 0:
+            return []
+        eligible = {m.id for m in messages[:newest_human] if m.id and m.id in known and m.id not in in_window}
+        caller = {call["id"]: m.id for m in messages if isinstance(m, AIMessage) for call in m.tool_calls}
+        units: dict[str | None, list[str | None]] = {}  # a tool call and its results form one unit
+        for message in messages:
+            unit = caller.get(message.tool_call_id, message.id) if isinstance(message, ToolMessage) else message.id
+            units.setdefault(unit, []).append(message.id)
+        leaving = {mid for members in units.values() if all(m in eligible for m in members) for mid in members}
+        return [m.id for m in messages if m.id is not None and m.id in leaving]
 
     async def adelete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
         """Forget a thread: wait for its background work, delete its messages and thread-scope

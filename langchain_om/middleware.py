@@ -2,8 +2,11 @@
 
 The context is built in ``wrap_model_call`` / ``awrap_model_call`` and handed to the model
 through ``request.override(messages=..., system_message=...)``: it reaches the model
-without being written into checkpointed state, so the agent's state keeps the raw
-conversation and OM keeps its own bounded view in its store.
+without being written into checkpointed state. The raw messages live in OM's store
+(recall pages through them); once observed they also leave the agent's state
+(``remove_observed``), with the model's answer, so the checkpointed state stays as
+bounded as the context. Without that, every checkpoint of a long conversation would
+re-serialize its whole history, and every step would pay for it.
 
 System prompt order: the user's own system prompt first, then OM's context. The user's
 prompt never changes between steps and OM's observation log changes only when
@@ -18,11 +21,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMContext
@@ -94,12 +99,21 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ``response_metadata["om_tripwire"]``). Sync (``invoke``) and async
     (``ainvoke``/``astream``) agents both work; the sync path uses OM's own loop thread, so
     don't run a sync agent from inside a running event loop's thread.
+
+    ``remove_observed`` (default on): messages OM has observed leave the agent's state in the
+    same update as the model's answer (``RemoveMessage``), as ``SummarizationMiddleware``
+    shrinks its state, so checkpoints stay bounded. They stay in OM's store: ``recall`` and
+    ``om.store.aget_messages`` return them. Pair a durable checkpointer with a durable OM
+    store (SQLite, PostgreSQL); turn it off to keep the whole raw conversation in state.
     """
 
-    def __init__(self, om: ObservationalMemory) -> None:
+    def __init__(self, om: ObservationalMemory, *, remove_observed: bool = True) -> None:
         if not isinstance(om, ObservationalMemory):
             raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
+        if not isinstance(remove_observed, bool):
+            raise TypeError(f"remove_observed: expected a bool, got {type(remove_observed).__name__}")
         self.om = om
+        self.remove_observed = remove_observed
         self.tools: Sequence[BaseTool] = om_tools(om)
 
     @property
@@ -110,11 +124,26 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         system = merge_system_messages(request.system_message, context.system_message)
         return request.override(messages=cast("list[AnyMessage]", list(context.messages)), system_message=system)
 
+    def _with_removals(
+        self, response: ModelResponse[Any], request: ModelRequest[Any], context: OMContext,
+        thread_id: str, resource_id: str | None,
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        """The model's answer, plus the removal of observed messages from the agent's state."""
+        if not self.remove_observed:
+            return response
+        # only ids that are in state now: an outer middleware may have rewritten request.messages
+        in_state = {m.id for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)}
+        observed = self.om.observed_state_ids(thread_id, request.messages, context, resource_id=resource_id)
+        removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
+        if not removals:
+            return response
+        return ExtendedModelResponse(model_response=response, command=Command(update={"messages": removals}))
+
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | AIMessage:
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         config = _run_config()
         thread_id, resource_id = ids_from_config(config)
         context = await self.om.aprocess(
@@ -123,13 +152,14 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
         if context.aborted:
             return tripwire_message(context.aborted)
-        return await handler(self._request(request, context))
+        response = await handler(self._request(request, context))
+        return self._with_removals(response, request, context, thread_id, resource_id)
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | AIMessage:
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         config = _run_config()
         thread_id, resource_id = ids_from_config(config)
         context = self.om.process(
@@ -138,7 +168,8 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
         if context.aborted:
             return tripwire_message(context.aborted)
-        return handler(self._request(request, context))
+        response = handler(self._request(request, context))
+        return self._with_removals(response, request, context, thread_id, resource_id)
 
     async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         thread_id, resource_id = ids_from_config(_run_config())

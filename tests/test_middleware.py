@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -79,19 +81,50 @@ async def test_async_agent_60_turns(store: OMStore) -> None:
     state = await agent.aget_state(config)
     messages = state.values["messages"]
     check_model_inputs(model.calls, messages)
-    assert len(messages) >= 2 * TURNS, "full history stays in the checkpoint"
-    assert any(isinstance(m, ToolMessage) for m in messages)
     record = await om.aget_record("mw-async", resource_id="alice")
     assert record.groups and record.generation_count >= 1
     # one status per model call
     assert len(handler.of_type("data-om-status")) == len(model.calls)
-    # after_agent stored the final reply: everything in state is in the store
+    # after_agent stored the final reply; the store keeps every message once, tool results included
     stored = await store.aget_messages("alice", "mw-async")
-    assert [m.id for m in stored] == [m.id for m in messages]
+    assert len(stored) >= 2 * TURNS and len({m.id for m in stored}) == len(stored)
+    assert any(m.data.get("type") == "tool" for m in stored)
+    check_bounded_state(messages, stored, record.last_observed_seq["mw-async"])
+
+
+def check_bounded_state(messages: list[BaseMessage], stored: list[Any], last_observed_seq: int) -> None:
+    """remove_observed: the checkpointed state is the unobserved tail of the store, tool pairs whole."""
+    assert len(messages) < 2 * TURNS // 3, f"observed messages left the state ({len(messages)} remain)"
+    ids = [m.id for m in messages]
+    assert ids == [m.id for m in stored[len(stored) - len(ids):]], "state is the newest stored messages, in order"
+    assert all(m.seq <= last_observed_seq for m in stored[:len(stored) - len(ids)]), "only observed ones left"
+    calls = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    results = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    assert calls == results, "a tool call and its results left (or stayed) together"
+
+
+async def test_remove_observed_off_keeps_the_whole_conversation_in_state(store: OMStore) -> None:
+    om = make_om(store)
+    model = ScriptedAgentModel(tool_calls_on={i: ("lookup_price", {"item": f"x{i}"}) for i in range(3, 300, 9)})
+    agent = create_agent(model, [lookup_price], system_prompt=USER_PROMPT,
+                         middleware=[ObservationalMemoryMiddleware(om, remove_observed=False)],
+                         checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "mw-keep", "resource_id": "alice"}}
+    for i in range(TURNS):
+        await agent.ainvoke({"messages": [user_turn(i)]}, config)
+        await om.await_background()
+    messages = (await agent.aget_state(config)).values["messages"]
+    check_model_inputs(model.calls, messages)
+    assert (await om.aget_record("mw-keep", resource_id="alice")).groups, "it observed all the same"
+    stored = await store.aget_messages("alice", "mw-keep")
+    assert [m.id for m in stored] == [m.id for m in messages], "full history stays in the checkpoint"
+    with pytest.raises(TypeError, match="remove_observed"):
+        ObservationalMemoryMiddleware(om, remove_observed="yes")  # type: ignore[arg-type]
 
 
 def test_sync_agent_60_turns() -> None:
-    om = make_om(InMemoryStore())
+    store = InMemoryStore()
+    om = make_om(store)
     try:
         model = ScriptedAgentModel(tool_calls_on={i: ("lookup_price", {"item": f"x{i}"}) for i in range(5, 300, 11)})
         agent = create_agent(model, [lookup_price], system_prompt=USER_PROMPT,
@@ -104,6 +137,8 @@ def test_sync_agent_60_turns() -> None:
         check_model_inputs(model.calls, messages)
         record = om.get_record("mw-sync")
         assert record.groups and record.generation_count >= 1
+        stored = asyncio.run(store.aget_messages("mw-sync", "mw-sync"))  # the in-memory store has no loop of its own
+        check_bounded_state(messages, stored, record.last_observed_seq["mw-sync"])
         statuses = [e for e in handler.events if e.type == "data-om-status"]
         assert len(statuses) == len(model.calls)
         assert statuses[-1].data.generation_count == record.generation_count  # type: ignore[attr-defined]
@@ -336,3 +371,49 @@ def test_sync_stream_custom_through_the_middleware() -> None:
         assert "data-om-observation-start" in names and "data-om-observation-end" in names
     finally:
         om.close()
+
+
+# --------------------------------------------------------------------------- remove_observed rules
+
+
+async def test_observed_state_ids_keep_tool_pairs_the_newest_turn_and_unstored_messages(store: OMStore) -> None:
+    om = make_om(store, observation={"message_tokens": 100_000})
+    call = AIMessage("", id="a0", tool_calls=[{"name": "lookup_price", "args": {"item": "x"}, "id": "c1"}])
+    history: list[BaseMessage] = [
+        HumanMessage("first", id="h0"), call, ToolMessage("42", tool_call_id="c1", id="t0"),
+        AIMessage("it is 42", id="a1"), HumanMessage("second", id="h1"), AIMessage("ok", id="a2"),
+        HumanMessage("third", id="h2"), AIMessage("answer in progress", id="a3"),
+    ]
+    context = await om.aprocess("rules", history)
+    assert om.observed_state_ids("rules", history, context) == [], "everything is unobserved yet"
+    # pretend OM observed everything but the tool result and the newest turn
+    window = [m for m in context.messages if m.id in {"t0", "h2", "a3"}]
+    pretend = dataclasses.replace(context, messages=window)
+    assert om.observed_state_ids("rules", history, pretend) == ["h0", "a1", "h1", "a2"], \
+        "the call stays with its result; the newest human turn stays"
+    # a message OM never stored (inserted into state by hand) never leaves
+    edited = [*history[:2], HumanMessage("inserted", id="x9"), *history[2:]]
+    assert "x9" not in om.observed_state_ids("rules", edited, dataclasses.replace(pretend, messages=[]))
+    assert om.observed_state_ids("rules", history, dataclasses.replace(pretend, aborted="no")) == []
+    await om.aclose()
+
+
+async def test_remove_observed_ignores_messages_an_outer_middleware_added(store: OMStore) -> None:
+    from langchain.agents.middleware import wrap_model_call
+
+    @wrap_model_call  # type: ignore[arg-type]
+    async def add_example(request: Any, handler: Any) -> Any:
+        example = HumanMessage("An example question that is not in state. " + "filler " * 200, id="outer-example")
+        return await handler(request.override(messages=[example, *request.messages]))
+
+    om = make_om(store)
+    model = ScriptedAgentModel()
+    agent = create_agent(model, [], middleware=[add_example, ObservationalMemoryMiddleware(om)],
+                         checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "outer"}}
+    for i in range(12):
+        await agent.ainvoke({"messages": [user_turn(i)]}, config)
+        await om.await_background()
+    assert (await om.aget_record("outer")).groups, "observations happened, with removals"
+    messages = (await agent.aget_state(config)).values["messages"]
+    assert len(messages) < 24 and messages[-1].type == "ai"
