@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import SECTIONS, buffering, prompt_tokens, step_cost, storage, token_counting
+from . import SECTIONS, agent_step, buffering, prompt_tokens, step_cost, storage, token_counting
 from .common import RESULTS_DIR, write_result
 
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         parser.error(f"--only: unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     results: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
-    modules = {"buffering": buffering, "step_cost": step_cost, "prompt_tokens": prompt_tokens,
+    modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "token_counting": token_counting, "storage": storage}
     collected = None
     for name in SECTIONS:

@@ -206,6 +206,21 @@ async def run_om(history_len: int, steps: int, store_kind: str, counter: TokenCo
     return stats
 
 
+async def summarized_history(middleware: Any, history_len: int, trigger: int) -> list[BaseMessage]:
+    """What SummarizationMiddleware's state holds after ``history_len`` messages: it is run
+    before every user message once the state passes its trigger, as it would have been."""
+    state: list[BaseMessage] = []
+    running = 0
+    for message in conversation(history_len):
+        if isinstance(message, HumanMessage) and running >= trigger:
+            state, did = await summarization_step(middleware, state)
+            if did:
+                running = count_tokens_approximately(state)
+        state.append(message)
+        running += count_tokens_approximately([message])
+    return state
+
+
 async def run_summarization(name: str, history_len: int, steps: int, counter: TokenCounter,
                             prompts: bool = True) -> StepStats:
     """SummarizationMiddleware at a history of ``history_len`` messages, then ``steps`` steps."""
@@ -213,15 +228,7 @@ async def run_summarization(name: str, history_len: int, steps: int, counter: To
     stats = StepStats(name, history_len)
     middleware, _model = summarization_middleware(trigger_tokens=trigger, keep_tokens=keep)
     with Timer() as setup:
-        state: list[BaseMessage] = []
-        running = 0
-        for message in conversation(history_len):
-            if isinstance(message, HumanMessage) and running >= trigger:
-                state, did = await summarization_step(middleware, state)
-                if did:
-                    running = count_tokens_approximately(state)
-            state.append(message)
-            running += count_tokens_approximately([message])
+        state = await summarized_history(middleware, history_len, trigger)
     stats.setup_s = setup.ms / 1000
     meter = PromptMeter(counter)
     for turn in range(steps + 1):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from benchmarks import __main__ as suite
-from benchmarks import buffering, prompt_tokens, step_cost, storage, token_counting
+from benchmarks import agent_step, buffering, prompt_tokens, step_cost, storage, token_counting
 from benchmarks.common import conversation, percentile, summary, turn_messages
 from benchmarks.history import PromptMeter, bench_counter
 
@@ -156,3 +156,20 @@ def test_suite_writes_json_and_png(tmp_path: Path) -> None:
 def test_suite_rejects_unknown_section() -> None:
     with pytest.raises(SystemExit):
         suite.main(["--only", "nope"])
+
+
+def test_agent_step_runs_every_strategy_through_create_agent() -> None:
+    args = _ns(agent_step, agent_sizes=[300, 600], agent_steps=2, savers=["sqlite", "memory"])
+    payload = agent_step.run(args)
+    cases = {(c["strategy"], c["saver"], c["history"]): c for c in payload["cases"]}
+    assert len(cases) == len(agent_step.STRATEGIES) * 2 * 2
+    for case in cases.values():
+        assert case["step_ms"]["n"] == 2 and case["step_ms"]["mean"] > 0
+        assert (case["disk_bytes_per_step"] is None) == (case["saver"] == "memory")
+    # remove_observed: OM's checkpointed state is its unobserved tail, the others keep (nearly) everything
+    for saver in ("sqlite", "memory"):
+        assert cases[("om", saver, 600)]["state_messages"] < cases[("om-keep-state", saver, 600)]["state_messages"]
+        assert cases[("full-history", saver, 600)]["state_messages"] == 600 + 2 * 3
+    assert {c["summarization"] for c in payload["target"]["comparisons"]} == {"summarization-70k",
+                                                                              "summarization-800k"}
+    assert "minus model time" in agent_step.report(payload)

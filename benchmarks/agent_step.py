@@ -1,0 +1,247 @@
+"""A whole ``create_agent`` step with a checkpointer, everything but model calls (issue 7).
+
+``step_cost`` times the memory hook alone. Here each step is ``agent.ainvoke`` of one user
+message through a real LangChain v1 agent with a checkpointer (InMemorySaver, or
+AsyncSqliteSaver on a temp file), minus the time spent inside model calls (every model is
+scripted and clocked): so the middleware, LangGraph's reducer and the checkpoint writes are
+all counted, as a user pays them. Strategies: OM's middleware (observed messages leave the
+state: ``remove_observed``), the same with the whole conversation kept in state,
+SummarizationMiddleware at two triggers, and no memory at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+from langchain_om.engine import ObservationalMemory
+from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.store.base import OMStore
+from langchain_om.store.memory import InMemoryStore
+from langchain_om.store.sqlite import SQLiteStore
+from langchain_om.testing import ScriptedAgentModel, ScriptedChatModel, ScriptedObserverModel
+
+from .common import conversation, ratio, summary, table, turn_messages, write_result
+from .history import (
+    OM_MESSAGE_TOKENS,
+    OM_OBSERVATION_TOKENS,
+    SUMMARY_CONFIGS,
+    THREAD,
+    bench_counter,
+    preload_om,
+    summarized_history,
+    tempdir,
+)
+from .strategies import scripted_summary
+
+TARGET = 0.1
+STRATEGIES = ("om", "om-keep-state", *SUMMARY_CONFIGS, "full-history")
+
+
+class ModelClock:
+    """Milliseconds spent inside model calls since the last reset."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+
+
+class _Clocked:
+    """Mixin for the scripted models: time each call, keep no reference to its messages."""
+
+    clock: Any = None
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: Any = None, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)  # type: ignore[misc]
+        finally:
+            if self.clock is not None:
+                self.clock.ms += (time.perf_counter() - started) * 1000
+
+    def _record(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> int:
+        return super()._record([], kwargs)  # type: ignore[misc]
+
+
+class ClockedAgentModel(_Clocked, ScriptedAgentModel):
+    pass
+
+
+class ClockedChatModel(_Clocked, ScriptedChatModel):
+    pass
+
+
+class ClockedObserverModel(_Clocked, ScriptedObserverModel):
+    pass
+
+
+def _disk_bytes(directory: str) -> int:
+    return sum(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory))
+
+
+async def run_case(strategy: str, size: int, saver_kind: str, steps: int, tmp: str) -> dict[str, Any]:
+    """``steps`` timed agent steps of one strategy at a history of ``size`` messages."""
+    case_dir = os.path.join(tmp, f"{strategy}-{size}-{saver_kind}")
+    os.makedirs(case_dir)
+    clock = ModelClock()
+    counter = bench_counter()
+    history = conversation(size)
+    middleware: list[Any] = []
+    om: ObservationalMemory | None = None
+    store: OMStore | None = None
+    initial: list[BaseMessage] = history
+    if strategy.startswith("om"):
+        store = InMemoryStore() if saver_kind == "memory" else SQLiteStore(os.path.join(case_dir, "om.db"))
+        await preload_om(store, history, counter, unobserved_tokens=int(OM_MESSAGE_TOKENS * 0.6),
+                         observation_tokens=OM_OBSERVATION_TOKENS // 2)
+        om = ObservationalMemory(store, model=ClockedObserverModel(clock=clock),
+                                 observation={"message_tokens": OM_MESSAGE_TOKENS},
+                                 reflection={"observation_tokens": OM_OBSERVATION_TOKENS}, token_counter=counter)
+        middleware = [ObservationalMemoryMiddleware(om, remove_observed=strategy == "om")]
+        if strategy == "om":  # the state as OM would have left it: the unobserved tail
+            record = await store.aget_record(THREAD, THREAD)
+            after = record.last_observed_seq.get(THREAD, 0) if record else 0
+            tail = {row.id for row in await store.aget_messages(THREAD, THREAD, after_seq=after)}
+            initial = [m for m in history if m.id in tail]
+    elif strategy in SUMMARY_CONFIGS:
+        trigger, keep = SUMMARY_CONFIGS[strategy]
+        summarizer = SummarizationMiddleware(model=ClockedChatModel(clock=clock, responses=[scripted_summary]),
+                                             trigger=("tokens", trigger), keep=("tokens", keep))
+        middleware = [summarizer]
+        initial = await summarized_history(summarizer, size, trigger)
+    saver_cm = AsyncSqliteSaver.from_conn_string(os.path.join(case_dir, "checkpoints.db")) \
+        if saver_kind == "sqlite" else None
+    saver = await saver_cm.__aenter__() if saver_cm is not None else InMemorySaver()
+    step_ms: list[float] = []
+    background_ms: list[float] = []
+    try:
+        agent = create_agent(ClockedAgentModel(clock=clock), [], middleware=middleware, checkpointer=saver)
+        config = cast(RunnableConfig, {"configurable": {"thread_id": THREAD}})
+        started = time.perf_counter()
+        await agent.ainvoke({"messages": [*initial, turn_messages(0)[0]]}, config)
+        cold_ms = (time.perf_counter() - started) * 1000
+        if om is not None:
+            await om.await_background()
+        bytes_before = _disk_bytes(case_dir)
+        for turn in range(1, steps + 1):
+            clock.ms = 0.0
+            started = time.perf_counter()
+            await agent.ainvoke({"messages": [turn_messages(turn)[0]]}, config)
+            step_ms.append((time.perf_counter() - started) * 1000 - clock.ms)
+            if om is not None:
+                started = time.perf_counter()
+                await om.await_background()
+                background_ms.append((time.perf_counter() - started) * 1000)
+        written = (_disk_bytes(case_dir) - bytes_before) / steps if saver_kind == "sqlite" else None
+        state = (await agent.aget_state(config)).values["messages"]
+    finally:
+        if saver_cm is not None:
+            await saver_cm.__aexit__(None, None, None)
+        if om is not None:
+            await om.aclose(cancel=True)
+        if store is not None:
+            await store.aclose()
+    return {"strategy": strategy, "saver": saver_kind, "history": size, "step_ms": summary(step_ms),
+            "background_ms": summary(background_ms) if background_ms else None, "cold_ms": cold_ms,
+            "state_messages": len(state), "disk_bytes_per_step": written}
+
+
+async def collect(sizes: list[int], steps: int, savers: list[str], strategies: list[str]) -> list[dict[str, Any]]:
+    out = []
+    with tempdir() as tmp:
+        for saver in savers:
+            for size in sizes:
+                for strategy in strategies:
+                    out.append(await run_case(strategy, size, saver, steps, tmp))
+    return out
+
+
+def payload_from(cases: list[dict[str, Any]], sizes: list[int], steps: int) -> dict[str, Any]:
+    mid = 10_000 if 10_000 in sizes else sizes[len(sizes) // 2]
+    by = {(c["strategy"], c["saver"], c["history"]): c for c in cases}
+    ratios: dict[str, float | None] = {}
+    comparisons = []
+    for saver in sorted({c["saver"] for c in cases}):
+        om = by.get(("om", saver, mid))
+        if om is None:
+            continue
+        first, last = by.get(("om", saver, sizes[0])), by.get(("om", saver, sizes[-1]))
+        if first and last:
+            ratios[f"om ({saver}): mean at {sizes[-1]} / mean at {sizes[0]} (flat = 1)"] = ratio(
+                last["step_ms"]["mean"], first["step_ms"]["mean"])
+        for other in STRATEGIES[1:]:
+            rival = by.get((other, saver, mid))
+            if rival is None:
+                continue
+            value = ratio(om["step_ms"]["mean"], rival["step_ms"]["mean"])
+            ratios[f"om / {other} ({saver}) at {mid}"] = value
+            if other in SUMMARY_CONFIGS:
+                comparisons.append({"saver": saver, "summarization": other, "ratio": value,
+                                    "om_ms": om["step_ms"]["mean"], "summarization_ms": rival["step_ms"]["mean"],
+                                    "met": value is not None and value <= TARGET})
+    return {"params": {"sizes": sizes, "steps": steps}, "cases": cases, "ratios": ratios,
+            "target": {"om_over_summarization_at_10k_at_most": TARGET, "history": mid, "comparisons": comparisons,
+                       "met_all": bool(comparisons) and all(c["met"] for c in comparisons),
+                       "met_any": any(c["met"] for c in comparisons)}}
+
+
+def report(payload: dict[str, Any]) -> str:
+    rows = [[c["strategy"], c["saver"], c["history"], c["step_ms"]["mean"], c["step_ms"]["p95"],
+             c["background_ms"]["mean"] if c["background_ms"] else None, c["cold_ms"], c["state_messages"],
+             c["disk_bytes_per_step"]] for c in payload["cases"]]
+    out = table(f"Agent step: create_agent + checkpointer, ms per step minus model time, "
+                f"{payload['params']['steps']} steps",
+                ["strategy", "saver", "history", "mean", "p95", "background", "cold", "state msgs", "disk B/step"],
+                rows)
+    for key, value in payload["ratios"].items():
+        out += f"\n  {key} = {value:.3f}" if value is not None else f"\n  {key} = n/a"
+    target = payload["target"]
+    for c in target["comparisons"]:
+        verdict = "met" if c["met"] else "MISSED"
+        out += (f"\n  target om <= {TARGET:g} x {c['summarization']} ({c['saver']}): {c['om_ms']:.2f} ms vs "
+                f"{c['summarization_ms']:.2f} ms = {c['ratio']:.3f} -> {verdict}")
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
+    parser.add_argument("--agent-sizes", dest="agent_sizes", type=lambda v: [int(x) for x in v.split(",")],
+                        default=[1000, 10_000] if quick else [1000, 10_000, 50_000])
+    parser.add_argument("--agent-steps", dest="agent_steps", type=int, default=3 if quick else 10)
+    parser.add_argument("--savers", type=lambda v: v.split(","), default=["sqlite", "memory"])
+    parser.add_argument("--strategies", type=lambda v: v.split(","), default=list(STRATEGIES))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    unknown = set(args.strategies) - set(STRATEGIES)
+    if unknown:
+        raise SystemExit(f"--strategies: unknown {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
+    cases = asyncio.run(collect(args.agent_sizes, args.agent_steps, args.savers, args.strategies))
+    return payload_from(cases, args.agent_sizes, args.agent_steps)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.agent_step", description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
+    known, _ = parser.parse_known_args(argv)
+    add_arguments(parser, known.quick)
+    args = parser.parse_args(argv)
+    payload = run(args)
+    print(report(payload))
+    print(f"  -> {write_result('agent_step', payload, args.out)}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
