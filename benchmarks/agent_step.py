@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import os
 import time
-from pathlib import Path
 from typing import Any, cast
 
 from langchain.agents import create_agent
@@ -32,7 +31,7 @@ from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedChatModel, ScriptedObserverModel
 
-from .common import conversation, ratio, summary, table, turn_messages, write_result
+from .common import conversation, ratio, section_main, summary, table, turn_messages
 from .history import (
     OM_MESSAGE_TOKENS,
     OM_OBSERVATION_TOKENS,
@@ -231,16 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.agent_step", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
-    known, _ = parser.parse_known_args(argv)
-    add_arguments(parser, known.quick)
-    args = parser.parse_args(argv)
-    payload = run(args)
-    print(report(payload))
-    print(f"  -> {write_result('agent_step', payload, args.out)}")
-    return payload
+    return section_main("agent_step", __doc__, add_arguments, run, report, argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from langchain_om.engine import ObservationalMemory
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 
-from .common import Timer, fmt, ratio, summary, table, turn_messages, write_result
+from .common import Timer, fmt, ratio, section_main, summary, table, turn_messages
 from .strategies import summarization_middleware, summarization_step
 
 MESSAGE_TOKENS = 800
@@ -187,16 +187,7 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.buffering", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
-    known, _ = parser.parse_known_args(argv)
-    add_arguments(parser, known.quick)
-    args = parser.parse_args(argv)
-    payload = asyncio.run(run(args))
-    print(report(payload))
-    print(f"  -> {write_result('buffering', payload, args.out)}")
-    return payload
+    return section_main("buffering", __doc__, add_arguments, lambda args: asyncio.run(run(args)), report, argv)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ run see exactly the same messages, and writes one JSON file under ``benchmarks/r
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -14,7 +15,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -191,3 +192,20 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> s
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def section_main(name: str, doc: str | None, add_arguments: Callable[[argparse.ArgumentParser, bool], None],
+                 run: Callable[[argparse.Namespace], dict[str, Any]], report: Callable[[dict[str, Any]], str],
+                 argv: list[str] | None = None) -> dict[str, Any]:
+    """``python -m benchmarks.<name>``: parse the section's flags (``--quick`` picks their defaults),
+    run it, print its report and write its JSON."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
+    known, _ = parser.parse_known_args(argv)
+    add_arguments(parser, known.quick)
+    args = parser.parse_args(argv)
+    payload = run(args)
+    print(report(payload))
+    print(f"  -> {write_result(name, payload, args.out)}")
+    return payload

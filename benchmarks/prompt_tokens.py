@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-from pathlib import Path
 from typing import Any
 
-from .common import fmt, ratio, table, write_result
+from .common import fmt, ratio, section_main, table
 from .history import SUMMARY_CONFIGS, StepStats, bench_counter, run_full, run_om, run_summarization, tempdir
 
 
@@ -126,16 +125,7 @@ def run(args: argparse.Namespace, stats: list[StepStats] | None = None) -> dict[
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.prompt_tokens", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
-    known, _ = parser.parse_known_args(argv)
-    add_arguments(parser, known.quick)
-    args = parser.parse_args(argv)
-    payload = run(args)
-    print(report(payload))
-    print(f"  -> {write_result('prompt_tokens', payload, args.out)}")
-    return payload
+    return section_main("prompt_tokens", __doc__, add_arguments, run, report, argv)
 
 
 if __name__ == "__main__":

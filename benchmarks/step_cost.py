@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 from typing import Any
 
-from .common import ratio, summary, table, write_result
+from .common import ratio, section_main, summary, table
 from .history import SUMMARY_CONFIGS, StepStats, bench_counter, run_full, run_om, run_summarization, tempdir
 
 TARGET = 0.1  # issue 7: OM at most 1/10 of SummarizationMiddleware's per-step cost at 10k messages
@@ -152,16 +151,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StepStats]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.step_cost", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
-    known, _ = parser.parse_known_args(argv)
-    add_arguments(parser, known.quick)
-    args = parser.parse_args(argv)
-    payload, _ = run(args)
-    print(report(payload))
-    print(f"  -> {write_result('step_cost', payload, args.out)}")
-    return payload
+    return section_main("step_cost", __doc__, add_arguments, lambda args: run(args)[0], report, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 from langchain_om.tokens import get_token_counter
 
-from .common import START, Timer, conversation, summary, table, write_result
+from .common import START, Timer, conversation, section_main, summary, table
 
 RESOURCE = "bench-user"
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,16 +196,7 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.storage", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
-    known, _ = parser.parse_known_args(argv)
-    add_arguments(parser, known.quick)
-    args = parser.parse_args(argv)
-    payload = run(args)
-    print(report(payload))
-    print(f"  -> {write_result('storage', payload, args.out)}")
-    return payload
+    return section_main("storage", __doc__, add_arguments, run, report, argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -21,7 +20,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_om.tokens import CACHE_KEY, EstimatorCounter, TiktokenCounter, TokenCounter
 
-from .common import conversation, table, write_result
+from .common import conversation, section_main, table
 
 
 def _fresh(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -89,16 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.token_counting", description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON (default benchmarks/results)")
-    known, _ = parser.parse_known_args(argv)
-    add_arguments(parser, known.quick)
-    args = parser.parse_args(argv)
-    payload = run(args)
-    print(report(payload))
-    print(f"  -> {write_result('token_counting', payload, args.out)}")
-    return payload
+    return section_main("token_counting", __doc__, add_arguments, run, report, argv)
 
 
 if __name__ == "__main__":
