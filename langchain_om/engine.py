@@ -81,6 +81,7 @@ from .store.base import (
     OMStore,
     RecordConflictError,
     StoredMessage,
+    SupportsRecordStamp,
     check_id,
     new_id,
     record_key,
@@ -92,6 +93,8 @@ from .tokens import TokenCounter, get_token_counter
 logger = logging.getLogger("langchain_om")
 
 SectionProvider = Callable[["ObservationalMemory", OMRecord, str, str], Awaitable[str | None]]
+"""Called with ``(om, record, resource_id, thread_id)`` to add a section to the context; the
+record is OM's cached one, shared across steps: read it, never change it."""
 MessageListener = Callable[["ObservationalMemory", str, str, list[StoredMessage]], Awaitable[None]]
 """Called with ``(om, resource_id, thread_id, inserted_rows)`` after new messages are stored."""
 _MESSAGE_CACHE_PER_THREAD = 2048
@@ -129,9 +132,18 @@ class OMContext:
     messages: list[BaseMessage]
     status: StatusData
     events: list[OMEvent]
-    record: OMRecord
+    source_record: OMRecord = field(repr=False)  # OM's own cached copy: read it through ``record``
     observed_message_ids: list[str] = field(default_factory=list)
     aborted: str | None = None
+    _record_copy: OMRecord | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def record(self) -> OMRecord:
+        """The record this context was built from. A private copy, made on first access, so
+        changing it can never leak into OM's cache or the store."""
+        if self._record_copy is None:
+            self._record_copy = self.source_record.model_copy(deep=True)
+        return self._record_copy
 
     def to_messages(self) -> list[BaseMessage]:
         """System message (if any) followed by the unobserved messages."""
@@ -235,6 +247,7 @@ class ObservationalMemory:
         self._known_ids: dict[str, set[str]] = {}
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
+        self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._reflection_failed_at: dict[str, int] = {}  # record key -> log tokens at a failed sync reflection
         self._pending_events: dict[str, list[OMEvent]] = {}
@@ -365,8 +378,22 @@ class ObservationalMemory:
         return message
 
     async def _load_record(self, resource_id: str, thread_id: str) -> OMRecord:
-        record = await self.store.aget_record(resource_id, self._record_thread(thread_id))
+        """The stored record, parsed only when its stamp changed since the last read.
+
+        The returned object is shared with the cache: engine code changes records only on a
+        ``model_copy(deep=True)``, and public methods hand out copies.
+        """
+        record_thread = self._record_thread(thread_id)
+        key = record_key(resource_id, record_thread)
+        cached = self._records.get(key)
+        if cached is not None and isinstance(self.store, SupportsRecordStamp):
+            stamp = await self.store.aget_record_stamp(resource_id, record_thread)
+            if stamp is not None and stamp == (cached.version, cached.updated_at):
+                self._records.move_to_end(key)
+                return cached
+        record = await self.store.aget_record(resource_id, record_thread)
         if record is not None:
+            self._remember_record(key, record)
             return record
         fresh = OMRecord(resource_id=resource_id, thread_id=self._record_thread(thread_id), scope=self.config.scope)
         try:
@@ -376,6 +403,12 @@ class ObservationalMemory:
             if existing is None:
                 raise
             return existing
+
+    def _remember_record(self, key: str, record: OMRecord) -> None:
+        self._records[key] = record
+        self._records.move_to_end(key)
+        while len(self._records) > _THREAD_CACHE_LIMIT:
+            self._records.popitem(last=False)
 
     async def _window(
         self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True
@@ -1327,7 +1360,7 @@ class ObservationalMemory:
                             updated, expected_version=record.version, mark_observed={thread_id: chosen[-1].seq})
                         await self._after_observation(step, record, result)
         await self._dispatch(step.events, config)
-        return record
+        return record.model_copy(deep=True)
 
     async def areflect(self, thread_id: str, *, resource_id: str | None = None,
                        config: RunnableConfig | None = None) -> OMRecord:
@@ -1341,7 +1374,7 @@ class ObservationalMemory:
             if record.groups:
                 record = await self._reflect_sync(step, record, trigger="manual")
         await self._dispatch(step.events, config)
-        return record
+        return record.model_copy(deep=True)
 
     def observe(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self._loop.run(self.aobserve(thread_id, **kwargs))
@@ -1352,7 +1385,7 @@ class ObservationalMemory:
     async def aget_record(self, thread_id: str, *, resource_id: str | None = None) -> OMRecord:
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
-        return await self._load_record(resource, thread_id)
+        return (await self._load_record(resource, thread_id)).model_copy(deep=True)
 
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self._loop.run(self.aget_record(thread_id, **kwargs))
@@ -1398,6 +1431,7 @@ class ObservationalMemory:
             self._known_ids.pop(cache_key, None)
             self._message_cache.pop(cache_key, None)
             self._windows.pop(cache_key, None)
+            self._records.pop(key, None)
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
 
@@ -1465,7 +1499,7 @@ class ObservationalMemory:
                 messages.insert(0, self._as_langchain(resource_id, pinned))
         system = context_message(text) if text else None
         status = self._status(record, window, thread_id, 0)
-        return OMContext(system_message=system, messages=messages, status=status, events=[], record=record)
+        return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record)
 
     def _status(self, record: OMRecord, window: list[StoredMessage], thread_id: str, step_number: int) -> StatusData:
         tokens = sum(m.tokens for m in window)

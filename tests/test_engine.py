@@ -18,7 +18,7 @@ from pydantic import Field
 from langchain_om.config import OMConfigError
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.store.base import OMStore, RecordConflictError
+from langchain_om.store.base import OMRecord, OMStore, RecordConflictError
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 
@@ -396,5 +396,55 @@ async def test_window_cache_sees_other_workers_messages_and_observations(tmp_pat
     await one.adelete_thread("t1")
     ctx = await one.aprocess("t1", [HumanMessage("fresh start", id="n0")])
     assert [m.id for m in ctx.messages] == ["n0"]
+    await one.aclose()
+    await two.aclose()
+
+
+async def test_record_is_parsed_again_only_when_another_commit_changed_it(store: OMStore) -> None:
+    """Steps that change nothing reuse the parsed record (one stamp read instead of a full
+    read); another worker's commit, and a deleted and recreated thread, are seen at once."""
+    quiet = {"message_tokens": 100_000, "buffer_tokens": False}
+    one = make_om(store, CallableFake(fn=lambda _m: OBSERVATION), observation=quiet)
+    two = make_om(store, CallableFake(fn=lambda _m: OBSERVATION), observation=quiet)
+    histories = list(conversation(6))
+    full_reads = 0
+    read = store.aget_record
+
+    async def counting(resource_id: str, thread_id: str | None) -> OMRecord | None:
+        nonlocal full_reads
+        full_reads += 1
+        return await read(resource_id, thread_id)
+
+    store.aget_record = counting  # type: ignore[method-assign]
+    for history in histories[:2]:
+        await one.aprocess("t1", history)
+    before = full_reads
+    for history in histories[2:4]:
+        ctx = await one.aprocess("t1", history)
+    assert full_reads == before, "an unchanged record is not read in full again"
+    assert ctx.system_message is None
+
+    await two.aobserve("t1")
+    ctx = await one.aprocess("t1", histories[4])
+    assert full_reads > before, "another worker's commit changed the stamp"
+    assert ctx.system_message is not None and "Miso" in str(ctx.system_message.content)
+    observed = len(ctx.record.groups)
+    assert observed > 0
+
+    ctx.record.groups.clear()
+    (await one.aget_record("t1")).metadata["injected"] = True
+    ctx = await one.aprocess("t1", histories[5])
+    assert ctx.system_message is not None and "Miso" in str(ctx.system_message.content)
+    assert len(ctx.record.groups) == observed and "injected" not in ctx.record.metadata, (
+        "changing a handed-out record changes nothing OM keeps")
+
+    cached_version = ctx.record.version
+    await two.adelete_thread("t1")
+    fresh = [HumanMessage("fresh start", id="n0"), AIMessage("Hello again.", id="n1")]
+    await two.aprocess("t1", fresh)
+    await two.aobserve("t1")
+    ctx = await one.aprocess("t1", [*fresh, HumanMessage("go on", id="n2")])
+    assert ctx.record.version == cached_version, "the recreated record reached the cached version number"
+    assert [g.start_id for g in ctx.record.groups] == ["n0"], "the recreated record is read, not the cached one"
     await one.aclose()
     await two.aclose()

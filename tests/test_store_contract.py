@@ -31,6 +31,7 @@ from langchain_om.store import (
     RecordConflictError,
     SQLiteStore,
     StoreError,
+    SupportsRecordStamp,
     default_store,
 )
 
@@ -291,6 +292,31 @@ async def test_delete_record(store: OMStore) -> None:
     assert await store.aget_record(R1, None) is not None
     recreated = await store.acommit_record(record(), expected_version=0)
     assert recreated.version == 1
+
+
+async def test_record_stamp_follows_every_commit_and_delete(store: OMStore) -> None:
+    """The stamp is what lets the engine skip re-parsing an unchanged record, so it must
+    change on every commit, stay per resource and scope, and vanish with the record."""
+    assert isinstance(store, SupportsRecordStamp)
+    assert await store.aget_record_stamp(R1, "t1") is None
+    v1 = await store.acommit_record(record(text="v1"), expected_version=0)
+    assert await store.aget_record_stamp(R1, "t1") == (1, v1.updated_at)
+    stored = await store.aget_record(R1, "t1")
+    assert stored is not None and (stored.version, stored.updated_at) == (1, v1.updated_at)
+    assert await store.aget_record_stamp(R2, "t1") is None, "another resource sees no stamp"
+    assert await store.aget_record_stamp(R1, None) is None, "thread and resource scopes are separate"
+
+    v2 = await store.acommit_record(v1.model_copy(update={"metadata": {"x": 1}}), expected_version=1)
+    assert await store.aget_record_stamp(R1, "t1") == (2, v2.updated_at)
+    with pytest.raises(RecordConflictError):
+        await store.acommit_record(v1, expected_version=1)
+    assert await store.aget_record_stamp(R1, "t1") == (2, v2.updated_at), "a losing commit leaves the stamp"
+
+    await store.adelete_record(R1, "t1")
+    assert await store.aget_record_stamp(R1, "t1") is None
+    again = await store.acommit_record(record(text="again"), expected_version=0)
+    stamp = await store.aget_record_stamp(R1, "t1")
+    assert stamp == (1, again.updated_at) and stamp != (1, v1.updated_at), "a recreated record has a new stamp"
 
 
 async def test_delete_thread(store: OMStore) -> None:

@@ -176,6 +176,23 @@ class OMRecord(_Model):
         return value if isinstance(value, str) else None
 
 
+RecordStamp = tuple[int, datetime]
+"""A stored record's ``(version, updated_at)``: both change on every commit, so an equal stamp
+means the same stored record (a deleted and recreated record restarts its version but not its clock)."""
+
+
+@runtime_checkable
+class SupportsRecordStamp(Protocol):
+    """Optional fast path of a store: a record's stamp without reading or parsing its body.
+
+    The engine reads the record once per step; with this it parses the body only when the
+    stamp changed, instead of every step. Stores without it keep working (full read each time).
+    """
+
+    async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
+        """The stamp of the record for a thread (``thread_id``) or resource scope (``None``), or None."""
+
+
 def record_key(resource_id: str, thread_id: str | None) -> str:
     """Records are keyed by resource, plus thread in thread scope."""
     return f"{resource_id}\x1f{thread_id}" if thread_id is not None else f"{resource_id}\x1f*"

@@ -20,6 +20,7 @@ from .base import (
     NewMessage,
     OMRecord,
     RecordConflictError,
+    RecordStamp,
     StoredMessage,
     ThreadInfo,
     check_id,
@@ -43,6 +44,7 @@ class InMemoryStore:
         self._messages: dict[str, list[StoredMessage]] = {}
         self._message_ids: dict[str, set[str]] = {}  # per thread, so an append need not scan the thread
         self._records: dict[str, str] = {}
+        self._stamps: dict[str, RecordStamp] = {}  # (version, updated_at) of each record, beside its body
         self._kv: dict[tuple[str, str, str], str] = {}
         self._counter = itertools.count(1)
 
@@ -157,6 +159,7 @@ class InMemoryStore:
             self._messages.pop(thread_id, None)
             self._message_ids.pop(thread_id, None)
             self._records.pop(record_key(resource_id, thread_id), None)
+            self._stamps.pop(record_key(resource_id, thread_id), None)
 
     # ---- messages -----------------------------------------------------------------------
 
@@ -263,6 +266,13 @@ class InMemoryStore:
             body = self._records.get(record_key(resource_id, thread_id))
         return u.record_from_json(body) if body is not None else None
 
+    async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        with self._lock:
+            return self._stamps.get(record_key(resource_id, thread_id))
+
     async def acommit_record(
         self,
         record: OMRecord,
@@ -275,8 +285,8 @@ class InMemoryStore:
         marks = u.check_mark_observed(mark_observed)
         key = record_key(record.resource_id, u.record_thread(record))
         with self._lock:
-            current = self._records.get(key)
-            current_version = json.loads(current)["version"] if current is not None else 0
+            current = self._stamps.get(key)
+            current_version = current[0] if current is not None else 0
             if current_version != expected:
                 raise RecordConflictError(
                     f"record {key!r} is at version {current_version}, expected {expected}"
@@ -291,6 +301,7 @@ class InMemoryStore:
                             update={"observed": True, "observed_at": now}
                         )
             self._records[key] = body
+            self._stamps[key] = (expected + 1, now)
         return u.record_from_json(body)
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
@@ -299,6 +310,7 @@ class InMemoryStore:
             thread_id = check_id(thread_id, "thread_id")
         with self._lock:
             self._records.pop(record_key(resource_id, thread_id), None)
+            self._stamps.pop(record_key(resource_id, thread_id), None)
 
     # ---- values -------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .base import (
     NewMessage,
     OMRecord,
     RecordConflictError,
+    RecordStamp,
     StoredMessage,
     StoreError,
     ThreadInfo,
@@ -519,6 +520,18 @@ class PostgresStore:
             )
             row = await cur.fetchone()
         return OMRecord.model_validate(u.from_jsonb_safe(row["body"])) if row is not None else None
+
+    async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT version, updated_at FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+            row = await cur.fetchone()
+        return (int(row["version"]), u.to_utc(row["updated_at"])) if row is not None else None
 
     async def acommit_record(
         self,

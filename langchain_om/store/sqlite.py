@@ -26,6 +26,7 @@ from .base import (
     NewMessage,
     OMRecord,
     RecordConflictError,
+    RecordStamp,
     StoredMessage,
     StoreError,
     ThreadInfo,
@@ -481,6 +482,20 @@ class SQLiteStore:
                 "SELECT body FROM records WHERE key = ? AND resource_id = ?", (key, resource_id)
             ).fetchone()
             return u.record_from_json(row[0]) if row is not None else None
+
+        return await self._run(run)
+
+    async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        key = record_key(resource_id, thread_id)
+
+        def run(conn: sqlite3.Connection) -> RecordStamp | None:
+            row = conn.execute(
+                "SELECT version, updated_at FROM records WHERE key = ? AND resource_id = ?", (key, resource_id)
+            ).fetchone()
+            return (int(row[0]), u.from_iso(row[1])) if row is not None else None
 
         return await self._run(run)
 
