@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -162,6 +163,28 @@ class _CycleResult:
     usage: dict[str, Any] | None
     provider_metadata: dict[str, Any] | None
     cycle_id: str | None = None  # set by the cycle that produced it; follow-up events share it
+
+
+def window_tokens(rows: Sequence[StoredMessage]) -> int:
+    """Tokens of a window (called several times a step, so map, not a generator)."""
+    return sum(map(_TOKENS, rows))
+
+
+_TOKENS = attrgetter("tokens")
+
+
+def _left_window(before: list[StoredMessage], after: list[StoredMessage]) -> list[str]:
+    """Ids of ``before`` that are not in ``after``. Both are seq-ordered windows ending at the same
+    newest row, so those are exactly the rows below ``after``'s first seq."""
+    if not after:
+        return [m.id for m in before]
+    first = after[0].seq
+    out: list[str] = []
+    for m in before:
+        if m.seq >= first:
+            break
+        out.append(m.id)
+    return out
 
 
 @dataclass
@@ -333,6 +356,7 @@ class ObservationalMemory:
                                    created_at=created))
         rows = await self._before_store(resource_id, thread_id, rows)
         inserted = await self.store.aappend_messages(resource_id, thread_id, rows)
+        self._extend_window(cache_key, inserted)
         for listener in self.message_listeners:
             await listener(self, resource_id, thread_id, inserted)
         known.update(row.id for row in rows)
@@ -344,6 +368,17 @@ class ObservationalMemory:
         while len(cache) > _MESSAGE_CACHE_PER_THREAD:
             cache.popitem(last=False)
         return inserted
+
+    def _extend_window(self, cache_key: str, inserted: list[StoredMessage]) -> None:
+        """Add just-stored rows to the cached window when they follow its newest row directly;
+        after a gap (another worker stored rows in between) the next refresh reads them all."""
+        window = self._windows.get(cache_key)
+        if window is None or not inserted:
+            return
+        first, last = inserted[0].seq, inserted[-1].seq
+        if first == window.newest + 1 and last - first == len(inserted) - 1:
+            window.rows.extend(inserted)
+            window.newest = last
 
     def _touch_thread(self, cache_key: str) -> None:
         """Mark a thread as recently used; drop the caches of the least recently used beyond the limit."""
@@ -376,6 +411,15 @@ class ObservationalMemory:
         while len(cache) > _MESSAGE_CACHE_PER_THREAD:
             cache.popitem(last=False)
         return message
+
+    def _window_messages(self, resource_id: str, thread_id: str, window: list[StoredMessage]) -> list[BaseMessage]:
+        """``_as_langchain`` over one thread's window; in the common case (every row already
+        parsed) that is one dict lookup per row."""
+        cache = self._message_cache.get(record_key(resource_id, thread_id))
+        if cache is None:
+            return [self._as_langchain(resource_id, m) for m in window]
+        hit = cache.get
+        return [hit(m.id) or self._as_langchain(resource_id, m) for m in window]
 
     async def _load_record(self, resource_id: str, thread_id: str) -> OMRecord:
         """The stored record, parsed only when its stamp changed since the last read.
@@ -430,8 +474,11 @@ class ObservationalMemory:
         else:
             # refresh=False: later in the same step, under the thread lock, nothing new to read
             newest = max(cached.newest, after)
-            rows = [m for m in cached.rows if m.seq > after]
-            if refresh:
+            rows = list(cached.rows) if not cached.rows or cached.rows[0].seq > after else [
+                m for m in cached.rows if m.seq > after]
+            # the step's own rows are in the cache already (see _persist): read rows only when
+            # another worker stored some, which the thread's last seq tells in one small read
+            if refresh and await self.store.alast_seq(resource_id, thread_id) > newest:
                 rows.extend(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
             newest = rows[-1].seq if rows else newest
         self._windows[key] = _WindowCache(record.id, after, newest, rows)
@@ -485,14 +532,11 @@ class ObservationalMemory:
             status = self._status(record, window, thread_id, self._step_numbers.get(key, 0))
             if closes_step:
                 step.events.insert(0, StatusEvent(data=status))
-            context = await self._build_context(record, window, resource, thread_id)
+            context = await self._build_context(record, window, resource, thread_id, status)
             if self.config.enabled and closes_step and aborted is None:
                 self._schedule_background(step, record, window)
-        remaining = {m.id for m in window}
-        observed_ids = [m.id for m in window_before if m.id not in remaining]
-        context.status = status
         context.events = step.events
-        context.observed_message_ids = observed_ids
+        context.observed_message_ids = _left_window(window_before, window)
         context.aborted = aborted
         await self._dispatch(step.events, config)
         return context
@@ -509,11 +553,11 @@ class ObservationalMemory:
         window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
         if step.arrival_window is None:
             step.arrival_window = window
-        tokens = sum(m.tokens for m in window)
+        tokens = window_tokens(window)
         if cfg.buffering_enabled and "activate" in phases:
             record = await self._maybe_activate(step, record, window, tokens)
             window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
-            tokens = sum(m.tokens for m in window)
+            tokens = window_tokens(window)
         limit = self._message_limit(record)
         failed_before = bool(record.metadata.get(_OBSERVATION_FAILED))
         must_block = tokens > limit and (
@@ -887,7 +931,7 @@ class ObservationalMemory:
         interval = self.config.observation.buffer_interval_tokens()
         buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
         pending = [m for m in window if m.seq > buffered_to]
-        pending_tokens = sum(m.tokens for m in pending)
+        pending_tokens = window_tokens(pending)
         if pending and pending_tokens >= interval:
             self._tasks.start(step.key, "observe", self._buffer_observation(step, pending))
         obs_tokens = record.observation_tokens
@@ -1100,7 +1144,7 @@ class ObservationalMemory:
     async def _maybe_reflect(self, step: _StepState, record: OMRecord, window: list[StoredMessage]) -> OMRecord:
         ref = self.config.reflection
         obs_tokens = record.observation_tokens
-        limit = self._reflection_limit(sum(m.tokens for m in window))
+        limit = self._reflection_limit(window_tokens(window))
         if not record.groups:
             return record
         pending = record.buffered_reflection if self.config.reflection_buffering_enabled else None
@@ -1475,7 +1519,7 @@ class ObservationalMemory:
     # ---------------------------------------------------------- context
 
     async def _build_context(
-        self, record: OMRecord, window: list[StoredMessage], resource_id: str, thread_id: str
+        self, record: OMRecord, window: list[StoredMessage], resource_id: str, thread_id: str, status: StatusData
     ) -> OMContext:
         sections: list[str] = []
         for provider in self.section_providers:
@@ -1491,18 +1535,17 @@ class ObservationalMemory:
             thread_labels=labels,
             show_thread=self.config.scope == "resource",
         )
-        messages = [self._as_langchain(resource_id, m) for m in window]
+        messages = self._window_messages(resource_id, thread_id, window)
         pinned_id = record.metadata.get("pinned_message_id")
         if isinstance(pinned_id, str) and not any(m.type == "human" for m in messages):
             pinned = await self.store.aget_message(resource_id, pinned_id)
             if pinned is not None and pinned.thread_id == thread_id:
                 messages.insert(0, self._as_langchain(resource_id, pinned))
         system = context_message(text) if text else None
-        status = self._status(record, window, thread_id, 0)
         return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record)
 
     def _status(self, record: OMRecord, window: list[StoredMessage], thread_id: str, step_number: int) -> StatusData:
-        tokens = sum(m.tokens for m in window)
+        tokens = window_tokens(window)
         chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(thread_id, 0)]
         key = record.key
         obs_status = "running" if self._tasks.running(key, "observe") else ("complete" if chunks else "idle")

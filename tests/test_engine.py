@@ -448,3 +448,28 @@ async def test_record_is_parsed_again_only_when_another_commit_changed_it(store:
     assert [g.start_id for g in ctx.record.groups] == ["n0"], "the recreated record is read, not the cached one"
     await one.aclose()
     await two.aclose()
+
+
+async def test_window_keeps_store_order_when_another_worker_stored_rows_in_between(tmp_path: Path) -> None:
+    """A step's own rows join the cached window only when they follow it directly; rows another
+    worker stored in between are read first, so the window is the thread in seq order."""
+    path = tmp_path / "shared.db"
+    one = make_om(SQLiteStore(path), CallableFake(fn=lambda _m: OBSERVATION),
+                  observation={"message_tokens": 100_000, "buffer_tokens": False})
+    other = SQLiteStore(path)
+    ctx = await one.aprocess("t1", [HumanMessage("first", id="h0")])
+    assert [m.id for m in ctx.messages] == ["h0"]
+    from langchain_om.store.base import NewMessage
+
+    await other.aappend_messages("t1", "t1", [
+        NewMessage(id="x1", data={"type": "ai", "data": {"content": "from another worker"}}, tokens=5),
+        NewMessage(id="x2", data={"type": "human", "data": {"content": "also theirs"}}, tokens=5),
+    ])
+    ctx = await one.aprocess("t1", [HumanMessage("first", id="h0"), HumanMessage("mine", id="h1")])
+    assert [m.id for m in ctx.messages] == ["h0", "x1", "x2", "h1"]
+    ctx = await one.aprocess("t1", [HumanMessage("first", id="h0"), HumanMessage("mine", id="h1"),
+                                    AIMessage("reply", id="a1"), HumanMessage("next", id="h2")])
+    assert [m.id for m in ctx.messages] == ["h0", "x1", "x2", "h1", "a1", "h2"]
+    assert [m.seq for m in await other.aget_messages("t1", "t1")] == [1, 2, 3, 4, 5, 6]
+    await other.aclose()
+    await one.aclose()

@@ -639,6 +639,49 @@ async def test_sqlite_persists_across_reopen(sqlite_path: Path) -> None:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
+async def test_sqlite_small_reads_never_make_the_event_loop_wait_for_a_busy_connection(sqlite_path: Path) -> None:
+    """Stamp and last-seq reads run inline only when the connection is free; while a worker
+    thread holds it they go to a thread, and other coroutines keep running meanwhile."""
+    import threading
+
+    store = SQLiteStore(sqlite_path)
+    await store.aappend_messages(R1, "t1", msgs("m", 3))
+    v1 = await store.acommit_record(record(), expected_version=0)
+    assert await store.alast_seq(R1, "t1") == 3
+    assert await store.aget_record_stamp(R1, "t1") == (1, v1.updated_at)
+
+    release = threading.Event()
+    holding = threading.Event()
+
+    def hold_connection() -> None:
+        with store._lock:
+            holding.set()
+            release.wait(5)
+        holding.clear()
+
+    holder = threading.Thread(target=hold_connection)
+    holder.start()
+    holding.wait(5)
+    ticks = 0
+
+    async def ticker() -> None:  # counts only while the worker thread holds the connection
+        nonlocal ticks
+        while holding.is_set():
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    async def release_later() -> None:
+        await asyncio.sleep(0.1)
+        release.set()
+
+    stamp, seq, *_ = await asyncio.gather(
+        store.aget_record_stamp(R1, "t1"), store.alast_seq(R1, "t1"), ticker(), release_later())
+    holder.join(5)
+    assert stamp == (1, v1.updated_at) and seq == 3
+    assert ticks >= 5, "the loop kept running while the connection was busy"
+    await store.aclose()
+
+
 async def test_sqlite_memory_path() -> None:
     store = SQLiteStore(":memory:")
     await store.aappend_messages(R1, "t1", msgs("m", 2))

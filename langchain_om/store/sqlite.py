@@ -206,6 +206,23 @@ class SQLiteStore:
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.to_thread(self._call, fn)
 
+    async def _run_small_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A one-row read, run inline when the connection is free.
+
+        Handing a query to a worker thread costs ~0.1 ms, thirty times the query itself. Under
+        WAL a reader does not wait for writers, and the connection lock is only tried, never
+        waited for, so the event loop is not held up: if a worker thread has the connection,
+        the read goes to a thread like any other call.
+        """
+        if self._conn is None or not self._lock.acquire(blocking=False):
+            return await self._run(fn)
+        try:
+            return fn(self._conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+        finally:
+            self._lock.release()
+
     async def asetup(self) -> None:
         """Open the file, switch to WAL and create or migrate the schema (idempotent)."""
         await self._run(lambda conn: None)
@@ -460,7 +477,7 @@ class SQLiteStore:
 
     async def alast_seq(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        return await self._run(
+        return await self._run_small_read(
             lambda conn: int(
                 conn.execute(
                     "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE resource_id = ? AND thread_id = ?",
@@ -497,7 +514,7 @@ class SQLiteStore:
             ).fetchone()
             return (int(row[0]), u.from_iso(row[1])) if row is not None else None
 
-        return await self._run(run)
+        return await self._run_small_read(run)
 
     async def acommit_record(
         self,
