@@ -31,6 +31,11 @@ def check_ids(resource_id: Any, thread_id: Any) -> tuple[str, str]:
     return check_id(resource_id, "resource_id"), check_id(thread_id, "thread_id")
 
 
+def check_record_ids(resource_id: Any, thread_id: Any) -> tuple[str, str | None]:
+    """The ids naming a record: a resource, plus a thread in thread scope (None in resource scope)."""
+    return check_id(resource_id, "resource_id"), None if thread_id is None else check_id(thread_id, "thread_id")
+
+
 def _check_int(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidStoreInput(field, f"must be an integer, got {type(value).__name__}")

@@ -259,17 +259,13 @@ class InMemoryStore:
     # ---- records ------------------------------------------------------------------------
 
     async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         with self._lock:
             body = self._records.get(record_key(resource_id, thread_id))
         return u.record_from_json(body) if body is not None else None
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         with self._lock:
             return self._stamps.get(record_key(resource_id, thread_id))
 
@@ -305,9 +301,7 @@ class InMemoryStore:
         return u.record_from_json(body)
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         with self._lock:
             self._records.pop(record_key(resource_id, thread_id), None)
             self._stamps.pop(record_key(resource_id, thread_id), None)

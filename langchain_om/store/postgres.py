@@ -510,9 +510,7 @@ class PostgresStore:
     # ---- records ------------------------------------------------------------------------
 
     async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute(
                 self._q("SELECT body FROM {s}.records WHERE key = %s AND resource_id = %s"),
@@ -522,9 +520,7 @@ class PostgresStore:
         return OMRecord.model_validate(u.from_jsonb_safe(row["body"])) if row is not None else None
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute(
                 self._q("SELECT version, updated_at FROM {s}.records WHERE key = %s AND resource_id = %s"),
@@ -584,9 +580,7 @@ class PostgresStore:
         return u.record_from_json(body_text)
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute(
                 self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),

@@ -489,9 +489,7 @@ class SQLiteStore:
     # ---- records ------------------------------------------------------------------------
 
     async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         key = record_key(resource_id, thread_id)
 
         def run(conn: sqlite3.Connection) -> OMRecord | None:
@@ -503,9 +501,7 @@ class SQLiteStore:
         return await self._run(run)
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         key = record_key(resource_id, thread_id)
 
         def run(conn: sqlite3.Connection) -> RecordStamp | None:
@@ -555,9 +551,7 @@ class SQLiteStore:
         return await self._run(run)
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
-        resource_id = check_id(resource_id, "resource_id")
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         key = record_key(resource_id, thread_id)
 
         def run(conn: sqlite3.Connection) -> None:
