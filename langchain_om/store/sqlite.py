@@ -196,12 +196,16 @@ class SQLiteStore:
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
-            try:
-                if self._conn is None:
-                    self._conn = self._connect()
-                return fn(self._conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+            return self._locked_call(fn)
+
+    def _locked_call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the connection (opened on first use); the caller holds ``_lock``."""
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            return fn(self._conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.to_thread(self._call, fn)
@@ -217,9 +221,7 @@ class SQLiteStore:
         if self._conn is None or not self._lock.acquire(blocking=False):
             return await self._run(fn)
         try:
-            return fn(self._conn)
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+            return self._locked_call(fn)
         finally:
             self._lock.release()
 
