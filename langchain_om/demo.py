@@ -35,6 +35,7 @@ from .engine import ObservationalMemory
 from .events import OMEvent
 from .messages import TIMESTAMP_KEY
 from .models import normalize_model_string
+from .store.base import total_tokens
 from .store.sqlite import SQLiteStore
 from .testing import ScriptedObserverModel
 
@@ -380,7 +381,7 @@ async def _replay(
     result.current_task = record.current_task
     result.suggested_response = record.suggested_response
     result.stored_messages = len(window)
-    result.history_tokens = sum(m.tokens for m in window)
+    result.history_tokens = total_tokens(window)
     if not result.steps:  # nothing replayed this run: estimate from the stored state
         result.context_tokens = status.windows.active.messages.tokens + record.observation_tokens
     result.elapsed_s = time.perf_counter() - started

@@ -19,7 +19,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
@@ -86,6 +85,7 @@ from .store.base import (
     check_id,
     new_id,
     record_key,
+    total_tokens,
     utcnow,
 )
 from .temporal import is_marker_message
@@ -163,14 +163,6 @@ class _CycleResult:
     usage: dict[str, Any] | None
     provider_metadata: dict[str, Any] | None
     cycle_id: str | None = None  # set by the cycle that produced it; follow-up events share it
-
-
-def window_tokens(rows: Sequence[StoredMessage]) -> int:
-    """Tokens of a window (called several times a step, so map, not a generator)."""
-    return sum(map(_TOKENS, rows))
-
-
-_TOKENS = attrgetter("tokens")
 
 
 def _left_window(before: list[StoredMessage], after: list[StoredMessage]) -> list[str]:
@@ -553,11 +545,11 @@ class ObservationalMemory:
         window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
         if step.arrival_window is None:
             step.arrival_window = window
-        tokens = window_tokens(window)
+        tokens = total_tokens(window)
         if cfg.buffering_enabled and "activate" in phases:
             record = await self._maybe_activate(step, record, window, tokens)
             window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
-            tokens = window_tokens(window)
+            tokens = total_tokens(window)
         limit = self._message_limit(record)
         failed_before = bool(record.metadata.get(_OBSERVATION_FAILED))
         must_block = tokens > limit and (
@@ -726,7 +718,7 @@ class ObservationalMemory:
         emitting the failure event); raises ``OMAborted`` when no model fits the input."""
         push = emit or step.events.append
         cycle_id = new_id("cycle_")
-        tokens_in = sum(m.tokens for msgs in batch.values() for m in msgs)
+        tokens_in = sum(total_tokens(msgs) for msgs in batch.values())
         started = time.perf_counter()
         marker = ObservationMarkerConfig(**self.config.marker_config())
         thread_ids = list(batch)
@@ -931,7 +923,7 @@ class ObservationalMemory:
         interval = self.config.observation.buffer_interval_tokens()
         buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
         pending = [m for m in window if m.seq > buffered_to]
-        pending_tokens = window_tokens(pending)
+        pending_tokens = total_tokens(pending)
         if pending and pending_tokens >= interval:
             self._tasks.start(step.key, "observe", self._buffer_observation(step, pending))
         obs_tokens = record.observation_tokens
@@ -998,7 +990,7 @@ class ObservationalMemory:
                 return  # overtaken by a synchronous observation or another buffer: discard, never double-observe
             chunk = BufferedChunk(
                 thread_id=step.thread_id, start_seq=chosen[0].seq, end_seq=chosen[-1].seq, start_id=chosen[0].id,
-                end_id=chosen[-1].id, message_count=len(chosen), message_tokens=sum(m.tokens for m in chosen),
+                end_id=chosen[-1].id, message_count=len(chosen), message_tokens=total_tokens(chosen),
                 observations=result.text, observation_tokens=result.tokens, current_task=result.current_task,
                 suggested_response=result.suggested_response, extracted=result.extracted,
             )
@@ -1144,7 +1136,7 @@ class ObservationalMemory:
     async def _maybe_reflect(self, step: _StepState, record: OMRecord, window: list[StoredMessage]) -> OMRecord:
         ref = self.config.reflection
         obs_tokens = record.observation_tokens
-        limit = self._reflection_limit(window_tokens(window))
+        limit = self._reflection_limit(total_tokens(window))
         if not record.groups:
             return record
         pending = record.buffered_reflection if self.config.reflection_buffering_enabled else None
@@ -1545,7 +1537,7 @@ class ObservationalMemory:
         return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record)
 
     def _status(self, record: OMRecord, window: list[StoredMessage], thread_id: str, step_number: int) -> StatusData:
-        tokens = window_tokens(window)
+        tokens = total_tokens(window)
         chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(thread_id, 0)]
         key = record.key
         obs_status = "running" if self._tasks.running(key, "observe") else ("complete" if chunks else "idle")

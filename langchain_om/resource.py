@@ -38,7 +38,7 @@ from langchain_core.messages import BaseMessage
 
 from .hooks import Trigger
 from .messages import last_human_index, safe_cut_at_or_after, safe_cut_at_or_before
-from .store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, utcnow
+from .store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, total_tokens, utcnow
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory, _CycleResult, _StepState
@@ -56,7 +56,7 @@ class Slice:
 
     @property
     def tokens(self) -> int:
-        return sum(m.tokens for m in self.messages)
+        return total_tokens(self.messages)
 
 
 async def resource_thread_ids(om: ObservationalMemory, resource_id: str) -> list[str]:

@@ -12,8 +12,9 @@ twice on any backend.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -174,6 +175,14 @@ class OMRecord(_Model):
     def suggested_response(self) -> str | None:
         value = self.metadata.get("suggested_response")
         return value if isinstance(value, str) else None
+
+
+def total_tokens(rows: Iterable[StoredMessage]) -> int:
+    """Tokens of some stored messages (summed several times a step, so map, not a generator)."""
+    return sum(map(_TOKENS, rows))
+
+
+_TOKENS = attrgetter("tokens")
 
 
 RecordStamp = tuple[int, datetime]
