@@ -90,6 +90,7 @@ from .store.base import (
 )
 from .temporal import is_marker_message
 from .tokens import TokenCounter, get_token_counter
+from .window import Window
 
 logger = logging.getLogger("langchain_om")
 
@@ -165,7 +166,7 @@ class _CycleResult:
     cycle_id: str | None = None  # set by the cycle that produced it; follow-up events share it
 
 
-def _left_window(before: list[StoredMessage], after: list[StoredMessage]) -> list[str]:
+def _left_window(before: Sequence[StoredMessage], after: Sequence[StoredMessage]) -> list[str]:
     """Ids of ``before`` that are not in ``after``. Both are seq-ordered windows ending at the same
     newest row, so those are exactly the rows below ``after``'s first seq."""
     if not after:
@@ -186,7 +187,7 @@ class _WindowCache:
     record_id: str
     after: int
     newest: int
-    rows: list[StoredMessage]
+    rows: Window
 
 
 @dataclass
@@ -200,7 +201,7 @@ class _StepState:
     config: RunnableConfig | None
     # the unobserved window as the step found it (before any activation): idle and provider-change
     # checks of both observation and reflection measure against it
-    arrival_window: list[StoredMessage] | None = None
+    arrival_window: Window | None = None
 
 
 class ObservationalMemory:
@@ -263,6 +264,7 @@ class ObservationalMemory:
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
+        self._rendered: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # record key -> (stamp, text)
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._reflection_failed_at: dict[str, int] = {}  # record key -> log tokens at a failed sync reflection
         self._pending_events: dict[str, list[OMEvent]] = {}
@@ -369,7 +371,7 @@ class ObservationalMemory:
             return
         first, last = inserted[0].seq, inserted[-1].seq
         if first == window.newest + 1 and last - first == len(inserted) - 1:
-            window.rows.extend(inserted)
+            window.rows = window.rows.plus(inserted)
             window.newest = last
 
     def _touch_thread(self, cache_key: str) -> None:
@@ -404,14 +406,20 @@ class ObservationalMemory:
             cache.popitem(last=False)
         return message
 
-    def _window_messages(self, resource_id: str, thread_id: str, window: list[StoredMessage]) -> list[BaseMessage]:
-        """``_as_langchain`` over one thread's window; in the common case (every row already
-        parsed) that is one dict lookup per row."""
-        cache = self._message_cache.get(record_key(resource_id, thread_id))
-        if cache is None:
-            return [self._as_langchain(resource_id, m) for m in window]
-        hit = cache.get
-        return [hit(m.id) or self._as_langchain(resource_id, m) for m in window]
+    def _window_messages(self, resource_id: str, thread_id: str, window: Window) -> list[BaseMessage]:
+        """The window's rows as LangChain messages. Rows parsed for an earlier step's context
+        travel with the window (``Window.parsed``), so a step looks up only its new rows."""
+        parsed = window.parsed
+        if len(parsed) < len(window):
+            cache = self._message_cache.get(record_key(resource_id, thread_id))
+            rest = window[len(parsed):]
+            if cache is None:
+                parsed += tuple(self._as_langchain(resource_id, m) for m in rest)
+            else:
+                hit = cache.get
+                parsed += tuple(hit(m.id) or self._as_langchain(resource_id, m) for m in rest)
+            window.parsed = parsed
+        return list(parsed)
 
     async def _load_record(self, resource_id: str, thread_id: str) -> OMRecord:
         """The stored record, parsed only when its stamp changed since the last read.
@@ -446,10 +454,8 @@ class ObservationalMemory:
         while len(self._records) > _THREAD_CACHE_LIMIT:
             self._records.popitem(last=False)
 
-    async def _window(
-        self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True
-    ) -> list[StoredMessage]:
-        """Unobserved messages of the thread, oldest first.
+    async def _window(self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True) -> Window:
+        """Unobserved messages of the thread, oldest first, with their token total.
 
         Messages are append-only and ``seq`` grows under the store's per-thread lock, so the
         window is the cached rows past ``last_observed_seq`` plus whatever was stored after the
@@ -461,20 +467,19 @@ class ObservationalMemory:
         key = record_key(resource_id, thread_id)
         cached = self._windows.get(key)
         if cached is None or cached.record_id != record.id or cached.after > after:
-            rows = await self.store.aget_messages(resource_id, thread_id, after_seq=after)
+            rows = Window(await self.store.aget_messages(resource_id, thread_id, after_seq=after))
             newest = rows[-1].seq if rows else after
         else:
             # refresh=False: later in the same step, under the thread lock, nothing new to read
             newest = max(cached.newest, after)
-            rows = list(cached.rows) if not cached.rows or cached.rows[0].seq > after else [
-                m for m in cached.rows if m.seq > after]
+            rows = cached.rows.after(after)
             # the step's own rows are in the cache already (see _persist): read rows only when
             # another worker stored some, which the thread's last seq tells in one small read
             if refresh and await self.store.alast_seq(resource_id, thread_id) > newest:
-                rows.extend(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
+                rows = rows.plus(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
             newest = rows[-1].seq if rows else newest
         self._windows[key] = _WindowCache(record.id, after, newest, rows)
-        return list(rows)
+        return rows
 
     # ------------------------------------------------------------- main step
 
@@ -545,11 +550,11 @@ class ObservationalMemory:
         window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
         if step.arrival_window is None:
             step.arrival_window = window
-        tokens = total_tokens(window)
+        tokens = window.tokens
         if cfg.buffering_enabled and "activate" in phases:
             record = await self._maybe_activate(step, record, window, tokens)
             window = await self._window(record, step.resource_id, step.thread_id, refresh=False)
-            tokens = total_tokens(window)
+            tokens = window.tokens
         limit = self._message_limit(record)
         failed_before = bool(record.metadata.get(_OBSERVATION_FAILED))
         must_block = tokens > limit and (
@@ -599,7 +604,7 @@ class ObservationalMemory:
         return cut
 
     async def _observe_sync(
-        self, step: _StepState, record: OMRecord, window: list[StoredMessage], *, trigger: Trigger
+        self, step: _StepState, record: OMRecord, window: Window, *, trigger: Trigger
     ) -> OMRecord:
         if self.config.buffering_enabled and record.buffered_chunks:
             record = await self._activate_chunks(step, record, window, list(record.buffered_chunks), "threshold")
@@ -612,7 +617,7 @@ class ObservationalMemory:
         cut = self._sync_cut(lc, [m.tokens for m in window])
         if cut <= 0:
             return record
-        chosen = window[:cut]
+        chosen: Sequence[StoredMessage] = window[:cut]
         for _attempt in range(_MAX_COMMIT_RETRIES):
             result = await self._observe_messages(step, record, {step.thread_id: chosen}, trigger=trigger)
             if result is None:
@@ -917,14 +922,13 @@ class ObservationalMemory:
 
     # -------------------------------------------------------------- buffering
 
-    def _schedule_background(self, step: _StepState, record: OMRecord, window: list[StoredMessage]) -> None:
+    def _schedule_background(self, step: _StepState, record: OMRecord, window: Window) -> None:
         if not self.config.buffering_enabled:
             return
         interval = self.config.observation.buffer_interval_tokens()
         buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
-        pending = [m for m in window if m.seq > buffered_to]
-        pending_tokens = total_tokens(pending)
-        if pending and pending_tokens >= interval:
+        pending = window.after(buffered_to)
+        if pending and pending.tokens >= interval:
             self._tasks.start(step.key, "observe", self._buffer_observation(step, pending))
         obs_tokens = record.observation_tokens
         ref = self.config.reflection
@@ -952,7 +956,7 @@ class ObservationalMemory:
             record = await self._load_record(resource, thread_id)
             window = await self._window(record, resource, thread_id)
         buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
-        pending = [m for m in window if m.seq > buffered_to]
+        pending = window.after(buffered_to)
         if pending:
             self._tasks.start(key, "observe", self._buffer_observation(step, pending))
 
@@ -963,7 +967,7 @@ class ObservationalMemory:
 
         return push
 
-    async def _buffer_observation(self, step: _StepState, pending: list[StoredMessage]) -> None:
+    async def _buffer_observation(self, step: _StepState, pending: Sequence[StoredMessage]) -> None:
         """Observe ``pending`` in the background and stage the result as a chunk."""
         emit = self._background_emit(step.key)
         lc = [self._as_langchain(step.resource_id, m) for m in pending]
@@ -1027,7 +1031,7 @@ class ObservationalMemory:
             return False
 
     async def _maybe_activate(
-        self, step: _StepState, record: OMRecord, window: list[StoredMessage], tokens: int
+        self, step: _StepState, record: OMRecord, window: Window, tokens: int
     ) -> OMRecord:
         chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(step.thread_id, 0)]
         if not chunks:
@@ -1048,7 +1052,7 @@ class ObservationalMemory:
         return record
 
     def _last_ai(self, step: _StepState) -> StoredMessage | None:
-        window = step.arrival_window or []
+        window = step.arrival_window or Window()
         return next((m for m in reversed(window) if m.data.get("type") == "ai"), None)
 
     def _idle_expired(self, step: _StepState, setting: Any) -> tuple[datetime, float] | None:
@@ -1081,7 +1085,7 @@ class ObservationalMemory:
         self,
         step: _StepState,
         record: OMRecord,
-        window: list[StoredMessage],
+        window: Window,
         chunks: list[BufferedChunk],
         triggered_by: Literal["threshold", "ttl", "provider_change"],
         *,
@@ -1133,10 +1137,10 @@ class ObservationalMemory:
 
     # ------------------------------------------------------------- reflection
 
-    async def _maybe_reflect(self, step: _StepState, record: OMRecord, window: list[StoredMessage]) -> OMRecord:
+    async def _maybe_reflect(self, step: _StepState, record: OMRecord, window: Window) -> OMRecord:
         ref = self.config.reflection
         obs_tokens = record.observation_tokens
-        limit = self._reflection_limit(total_tokens(window))
+        limit = self._reflection_limit(window.tokens)
         if not record.groups:
             return record
         pending = record.buffered_reflection if self.config.reflection_buffering_enabled else None
@@ -1468,6 +1472,7 @@ class ObservationalMemory:
             self._message_cache.pop(cache_key, None)
             self._windows.pop(cache_key, None)
             self._records.pop(key, None)
+            self._rendered.pop(key, None)
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
 
@@ -1511,22 +1516,14 @@ class ObservationalMemory:
     # ---------------------------------------------------------- context
 
     async def _build_context(
-        self, record: OMRecord, window: list[StoredMessage], resource_id: str, thread_id: str, status: StatusData
+        self, record: OMRecord, window: Window, resource_id: str, thread_id: str, status: StatusData
     ) -> OMContext:
         sections: list[str] = []
         for provider in self.section_providers:
             section = await provider(self, record, resource_id, thread_id)
             if section:
                 sections.append(section)
-        labels = {g.thread_id: self.thread_label(g.thread_id) for g in record.groups}
-        text = render_context(
-            record.groups,
-            current_task=record.current_task,
-            suggested_response=record.suggested_response,
-            extra_sections=sections,
-            thread_labels=labels,
-            show_thread=self.config.scope == "resource",
-        )
+        text = self._render(record, sections)
         messages = self._window_messages(resource_id, thread_id, window)
         pinned_id = record.metadata.get("pinned_message_id")
         if isinstance(pinned_id, str) and not any(m.type == "human" for m in messages):
@@ -1536,8 +1533,30 @@ class ObservationalMemory:
         system = context_message(text) if text else None
         return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record)
 
-    def _status(self, record: OMRecord, window: list[StoredMessage], thread_id: str, step_number: int) -> StatusData:
-        tokens = total_tokens(window)
+    def _render(self, record: OMRecord, sections: list[str]) -> str | None:
+        """The system message text; rendered again only when the record or a section changed
+        (a 20k-token log takes ~0.1 ms to render, and most steps change neither)."""
+        stamp = (record.id, record.version, record.updated_at, tuple(sections))
+        cached = self._rendered.get(record.key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        labels = {g.thread_id: self.thread_label(g.thread_id) for g in record.groups}
+        text = render_context(
+            record.groups,
+            current_task=record.current_task,
+            suggested_response=record.suggested_response,
+            extra_sections=sections,
+            thread_labels=labels,
+            show_thread=self.config.scope == "resource",
+        )
+        self._rendered[record.key] = (stamp, text)
+        self._rendered.move_to_end(record.key)
+        while len(self._rendered) > _THREAD_CACHE_LIMIT:
+            self._rendered.popitem(last=False)
+        return text
+
+    def _status(self, record: OMRecord, window: Window, thread_id: str, step_number: int) -> StatusData:
+        tokens = window.tokens
         chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(thread_id, 0)]
         key = record.key
         obs_status = "running" if self._tasks.running(key, "observe") else ("complete" if chunks else "idle")

@@ -446,8 +446,36 @@ async def test_record_is_parsed_again_only_when_another_commit_changed_it(store:
     ctx = await one.aprocess("t1", [*fresh, HumanMessage("go on", id="n2")])
     assert ctx.record.version == cached_version, "the recreated record reached the cached version number"
     assert [g.start_id for g in ctx.record.groups] == ["n0"], "the recreated record is read, not the cached one"
+    assert ctx.system_message is not None and 'range="n0:' in str(ctx.system_message.content), (
+        "the context is rendered from the recreated record, not the cached text")
     await one.aclose()
     await two.aclose()
+
+
+async def test_context_is_rendered_again_when_a_section_changes_under_an_unchanged_record(
+    store: OMStore,
+) -> None:
+    """The rendered text is reused while the record and every section are unchanged; a section
+    that changes (a provider's output) changes the very next context."""
+    om = make_om(store, CallableFake(fn=lambda _m: OBSERVATION), observation={"message_tokens": 100_000,
+                                                                              "buffer_tokens": False})
+    notes = ["<notes>\nfirst\n</notes>"]
+
+    async def provider(_om: Any, _record: OMRecord, _resource: str, _thread: str) -> str | None:
+        return notes[-1]
+
+    om.section_providers.append(provider)
+    histories = list(conversation(3))
+    first = await om.aprocess("t1", histories[0])
+    again = await om.aprocess("t1", histories[1])
+    assert first.system_message is not None and again.system_message is not None
+    assert first.system_message.content == again.system_message.content
+    assert first.system_message is not again.system_message, "each step hands out its own message object"
+    notes.append("<notes>\nsecond\n</notes>")
+    changed = await om.aprocess("t1", histories[2])
+    assert changed.system_message is not None
+    assert "second" in str(changed.system_message.content) and "first" not in str(changed.system_message.content)
+    await om.aclose()
 
 
 async def test_window_keeps_store_order_when_another_worker_stored_rows_in_between(tmp_path: Path) -> None:
