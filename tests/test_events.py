@@ -271,6 +271,40 @@ async def test_astream_events_v2_carries_custom_events(store: OMStore) -> None:
     assert "data-om-observation-start" in names and "data-om-observation-end" in names
 
 
+async def test_events_outside_a_run_skip_langchain_and_inside_a_plain_runnable_reach_handlers(
+    store: OMStore, monkeypatch: Any
+) -> None:
+    """Outside any run nobody can hear a custom event, so OM does not ask LangChain to build a
+    callback manager for it; inside a plain runnable (no LangGraph stream) handlers get them."""
+    from langchain_core.runnables import RunnableLambda
+
+    import langchain_om.callbacks as callbacks_mod
+
+    calls: list[str] = []
+    real = callbacks_mod.adispatch_custom_event
+
+    async def counting(name: str, data: Any, *, config: RunnableConfig | None = None) -> None:
+        calls.append(name)
+        await real(name, data, config=config)
+
+    monkeypatch.setattr(callbacks_mod, "adispatch_custom_event", counting)
+    om = make_om(store)
+    ctx = await om.aprocess("out", [HumanMessage("hello", id="h0")])
+    assert [e.type for e in ctx.events] == ["data-om-status"], "the caller still gets the events"
+    assert calls == [], "no run, no callback manager"
+    ctx = await om.aprocess("out", [HumanMessage("hello", id="h0")], config={"callbacks": [PlainHandler()]})
+    assert calls == [], "handlers without a run: LangChain would refuse the event too"
+
+    handler = PlainHandler()
+
+    async def step(_: Any) -> None:
+        await om.aprocess("in", [HumanMessage("hello", id="h1")])
+
+    await RunnableLambda(step).ainvoke(None, {"callbacks": [handler]})
+    assert handler.names == ["data-om-status"] and calls == ["data-om-status"]
+    await om.aclose()
+
+
 async def test_context_events_and_failed_cycles_share_ids(store: OMStore) -> None:
     failing = ScriptedChatModel(responses=[RuntimeError("provider down")])
     om = make_om(store, model=failing, observation={"message_tokens": 300, "buffer_tokens": False})
