@@ -93,9 +93,15 @@ def check_datetime(value: Any, field: str) -> datetime | None:
 
 def check_messages(messages: Any) -> list[NewMessage]:
     """Accept NewMessage objects (or dicts of their fields); validate ids, tokens and JSON data."""
+    return [message for message, _text in check_messages_json(messages)]
+
+
+def check_messages_json(messages: Any) -> list[tuple[NewMessage, str]]:
+    """``check_messages``, each message with its data as JSON text (encoded once, for stores
+    that keep text)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidStoreInput("messages", "must be a sequence of NewMessage")
-    result: list[NewMessage] = []
+    result: list[tuple[NewMessage, str]] = []
     for index, item in enumerate(messages):
         field = f"messages[{index}]"
         if not isinstance(item, NewMessage):
@@ -105,8 +111,9 @@ def check_messages(messages: Any) -> list[NewMessage]:
                 raise InvalidStoreInput(field, f"not a NewMessage: {exc.errors()[0].get('msg')}") from None
         check_id(item.id, f"{field}.id")
         _check_int(item.tokens, f"{field}.tokens")
-        data = json_roundtrip(item.data, f"{field}.data")
-        result.append(item.model_copy(update={"data": data, "created_at": to_utc(item.created_at)}))
+        text = dumps(item.data, f"{field}.data")
+        detached = json.loads(text)  # what a JSON store gives back, and nothing shared with the caller
+        result.append((item.model_copy(update={"data": detached, "created_at": to_utc(item.created_at)}), text))
     return result
 
 

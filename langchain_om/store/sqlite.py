@@ -372,8 +372,7 @@ class SQLiteStore:
     ) -> list[StoredMessage]:
         """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        batch = u.check_messages(messages)
-        encoded = [(m, u.dumps(m.data, "data")) for m in batch]
+        encoded = u.check_messages_json(messages)
 
         def run(conn: sqlite3.Connection) -> list[StoredMessage]:
             with _immediate(conn):
