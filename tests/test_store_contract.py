@@ -7,6 +7,7 @@ migration locking and pool ownership) follow at the end.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import sys
 import textwrap
@@ -30,6 +31,7 @@ from langchain_om.store import (
     PostgresStore,
     RecordConflictError,
     SQLiteStore,
+    StoredMessage,
     StoreError,
     SupportsRecordStamp,
     default_store,
@@ -679,6 +681,56 @@ async def test_sqlite_small_reads_never_make_the_event_loop_wait_for_a_busy_conn
     holder.join(5)
     assert stamp == (1, v1.updated_at) and seq == 3
     assert ticks >= 5, "the loop kept running while the connection was busy"
+    await store.aclose()
+
+
+async def test_sqlite_inline_append_never_waits_for_another_process_write_lock(sqlite_path: Path) -> None:
+    """An append runs inline only while SQLite's write lock is free. When another connection
+    (another process, say) holds it, the append fails fast with no trace, waits in a worker
+    thread, and lands once the lock is released; other coroutines keep running meanwhile."""
+    store = SQLiteStore(sqlite_path)
+    await store.aappend_messages(R1, "t1", msgs("a", 2))
+    other = sqlite3.connect(sqlite_path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # holds the write lock, as a second process's writer would
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            ticks += 1
+            await asyncio.sleep(0.005)
+
+    async def append() -> list[StoredMessage]:
+        nonlocal done
+        try:
+            return await store.aappend_messages(R1, "t1", msgs("b", 2))
+        finally:
+            done = True
+
+    async def release_later() -> None:
+        await asyncio.sleep(0.15)
+        other.execute("COMMIT")
+
+    inserted, *_ = await asyncio.gather(append(), ticker(), release_later())
+    assert [m.seq for m in inserted] == [3, 4], "the append waited for the lock, then took the next seqs"
+    assert ticks >= 10, "the loop kept running while the append waited"
+    assert [m.id for m in await store.aget_messages(R1, "t1")] == ["a1", "a2", "b1", "b2"], "stored once each"
+    other.close()
+    await store.aclose()
+
+
+async def test_sqlite_checkpoints_keep_the_wal_bounded(sqlite_path: Path) -> None:
+    """Commits never checkpoint (that would flush on the event loop); the store checkpoints in
+    its worker thread every few hundred changed rows, so the WAL stays small however long the
+    thread gets."""
+    store = SQLiteStore(sqlite_path)
+    for step in range(1500):
+        await store.aappend_messages(R1, "t1", msgs(f"s{step}-", 2))
+    wal_size = await asyncio.to_thread(os.path.getsize, f"{sqlite_path}-wal")
+    # 1500 steps write ~9000 WAL pages (~36 MB) when nothing checkpoints
+    assert 0 < wal_size < 8 * 1024 * 1024, wal_size
+    assert await store.alast_seq(R1, "t1") == 3000
     await store.aclose()
 
 
