@@ -6,7 +6,9 @@ AsyncSqliteSaver on a temp file), minus the time spent inside model calls (every
 scripted and clocked): so the middleware, LangGraph's reducer and the checkpoint writes are
 all counted, as a user pays them. Strategies: OM's middleware (observed messages leave the
 state: ``remove_observed``), the same with the whole conversation kept in state,
-SummarizationMiddleware at two triggers, and no memory at all.
+SummarizationMiddleware at two triggers, and no memory at all. Also, once per checkpointer,
+the floor: the same agent with no memory and a 2-message history, LangGraph's own cost of a
+step, which no memory strategy can go below; the verdict says how low a ratio it allows.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from .strategies import scripted_summary
 
 TARGET = 0.1
 STRATEGIES = ("om", "om-keep-state", *SUMMARY_CONFIGS, "full-history")
+FLOOR = "langgraph-floor"  # no memory, a 2-message history: LangGraph's own cost of a step
+FLOOR_HISTORY = 2
 
 
 class ModelClock:
@@ -70,7 +74,7 @@ class _Clocked:
                 self.clock.ms += (time.perf_counter() - started) * 1000
 
     def _record(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> int:
-        return super()._record([], kwargs)  # type: ignore[misc]
+        return int(super()._record([], kwargs))  # type: ignore[misc]
 
 
 class ClockedAgentModel(_Clocked, ScriptedAgentModel):
@@ -160,6 +164,7 @@ async def collect(sizes: list[int], steps: int, savers: list[str], strategies: l
     out = []
     with tempdir() as tmp:
         for saver in savers:
+            out.append(await run_case(FLOOR, FLOOR_HISTORY, saver, steps, tmp))
             for size in sizes:
                 for strategy in strategies:
                     out.append(await run_case(strategy, size, saver, steps, tmp))
@@ -175,6 +180,7 @@ def payload_from(cases: list[dict[str, Any]], sizes: list[int], steps: int) -> d
         om = by.get(("om", saver, mid))
         if om is None:
             continue
+        floor = by.get((FLOOR, saver, FLOOR_HISTORY))
         first, last = by.get(("om", saver, sizes[0])), by.get(("om", saver, sizes[-1]))
         if first and last:
             ratios[f"om ({saver}): mean at {sizes[-1]} / mean at {sizes[0]} (flat = 1)"] = ratio(
@@ -188,8 +194,12 @@ def payload_from(cases: list[dict[str, Any]], sizes: list[int], steps: int) -> d
             # medians too: with few steps one collector pause moves a mean; the target stays on means
             ratios[f"om / {other} ({saver}) at {mid}, p50"] = ratio(om["step_ms"]["p50"], rival["step_ms"]["p50"])
             if other in SUMMARY_CONFIGS:
+                floor_ms = floor["step_ms"]["mean"] if floor else None
                 comparisons.append({"saver": saver, "summarization": other, "ratio": value,
                                     "om_ms": om["step_ms"]["mean"], "summarization_ms": rival["step_ms"]["mean"],
+                                    "floor_ms": floor_ms,
+                                    "lowest_possible_ratio": ratio(floor_ms, rival["step_ms"]["mean"])
+                                    if floor_ms is not None else None,
                                     "met": value is not None and value <= TARGET})
     return {"params": {"sizes": sizes, "steps": steps}, "cases": cases, "ratios": ratios,
             "target": {"om_over_summarization_at_10k_at_most": TARGET, "history": mid, "comparisons": comparisons,
@@ -213,6 +223,10 @@ def report(payload: dict[str, Any]) -> str:
         verdict = "met" if c["met"] else "MISSED"
         out += (f"\n  target om <= {TARGET:g} x {c['summarization']} ({c['saver']}): {c['om_ms']:.2f} ms vs "
                 f"{c['summarization_ms']:.2f} ms = {c['ratio']:.3f} -> {verdict}")
+        lowest = c.get("lowest_possible_ratio")
+        if lowest is not None:
+            out += (f"; LangGraph's own step ({FLOOR}, {c['floor_ms']:.2f} ms) alone is {lowest:.3f} of it"
+                    + (", so no memory strategy can meet it here" if lowest > TARGET else ""))
     return out
 
 

@@ -162,7 +162,10 @@ def test_agent_step_runs_every_strategy_through_create_agent() -> None:
     args = _ns(agent_step, agent_sizes=[300, 600], agent_steps=2, savers=["sqlite", "memory"])
     payload = agent_step.run(args)
     cases = {(c["strategy"], c["saver"], c["history"]): c for c in payload["cases"]}
-    assert len(cases) == len(agent_step.STRATEGIES) * 2 * 2
+    assert len(cases) == len(agent_step.STRATEGIES) * 2 * 2 + 2, "every strategy, and the floor once per saver"
+    for saver in ("sqlite", "memory"):
+        floor = cases[(agent_step.FLOOR, saver, agent_step.FLOOR_HISTORY)]
+        assert floor["state_messages"] == agent_step.FLOOR_HISTORY + 2 * 3
     for case in cases.values():
         assert case["step_ms"]["n"] == 2 and case["step_ms"]["mean"] > 0
         assert (case["disk_bytes_per_step"] is None) == (case["saver"] == "memory")
@@ -172,4 +175,8 @@ def test_agent_step_runs_every_strategy_through_create_agent() -> None:
         assert cases[("full-history", saver, 600)]["state_messages"] == 600 + 2 * 3
     assert {c["summarization"] for c in payload["target"]["comparisons"]} == {"summarization-70k",
                                                                               "summarization-800k"}
+    for c in payload["target"]["comparisons"]:
+        floor_ms = cases[(agent_step.FLOOR, c["saver"], agent_step.FLOOR_HISTORY)]["step_ms"]["mean"]
+        assert c["floor_ms"] == floor_ms
+        assert c["lowest_possible_ratio"] == pytest.approx(floor_ms / c["summarization_ms"])
     assert "minus model time" in agent_step.report(payload)
