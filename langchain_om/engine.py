@@ -1431,11 +1431,14 @@ class ObservationalMemory:
         return self._loop.run(self.aget_record(thread_id, **kwargs))
 
     def observed_state_ids(
-        self, thread_id: str, messages: Sequence[BaseMessage], context: OMContext, *, resource_id: str | None = None
+        self, thread_id: str, messages: Sequence[BaseMessage], context: OMContext, *, resource_id: str | None = None,
+        keep_unobserved: bool = True,
     ) -> list[str]:
         """Ids of ``messages`` (a caller's own state, as passed to the step that returned
         ``context``) that may leave that state: OM has stored them and they are out of the
         unobserved window. So a checkpointed state stays as bounded as OM's context.
+        With ``keep_unobserved=False`` the window does not hold them back either: the model's
+        context comes from OM's store, so the state can shrink to the current turn.
 
         Kept whatever the window says: messages OM never stored, the newest human turn
         (that message and everything after it), and a tool call and its results, which
@@ -1445,7 +1448,7 @@ class ObservationalMemory:
             return []
         resource = self._resource_for(thread_id, resource_id)
         known = self._known_ids.get(record_key(resource, thread_id), set())
-        in_window = {m.id for m in context.messages}
+        in_window = {m.id for m in context.messages} if keep_unobserved else set()
         newest_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=-1)
         if newest_human <= 0:
             return []

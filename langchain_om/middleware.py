@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse
@@ -105,15 +105,27 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     shrinks its state, so checkpoints stay bounded. They stay in OM's store: ``recall`` and
     ``om.store.aget_messages`` return them. Pair a durable checkpointer with a durable OM
     store (SQLite, PostgreSQL); turn it off to keep the whole raw conversation in state.
+
+    ``keep_in_state`` (with ``remove_observed``): ``"unobserved"`` (default) leaves OM's whole
+    unobserved window in state, so the state reads like the model's view; ``"turn"`` keeps
+    only the current turn (the newest human message onwards), since the model's context is
+    built from OM's store anyway. Each checkpoint then holds a turn instead of a context
+    window: the smallest checkpoints, for long-running agents on a durable checkpointer.
     """
 
-    def __init__(self, om: ObservationalMemory, *, remove_observed: bool = True) -> None:
+    def __init__(
+        self, om: ObservationalMemory, *, remove_observed: bool = True,
+        keep_in_state: Literal["unobserved", "turn"] = "unobserved",
+    ) -> None:
         if not isinstance(om, ObservationalMemory):
             raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
         if not isinstance(remove_observed, bool):
             raise TypeError(f"remove_observed: expected a bool, got {type(remove_observed).__name__}")
+        if keep_in_state not in ("unobserved", "turn"):
+            raise ValueError(f"keep_in_state: expected 'unobserved' or 'turn', got {keep_in_state!r}")
         self.om = om
         self.remove_observed = remove_observed
+        self.keep_in_state = keep_in_state
         self.tools: Sequence[BaseTool] = om_tools(om)
 
     @property
@@ -133,7 +145,8 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return response
         # only ids that are in state now: an outer middleware may have rewritten request.messages
         in_state = {m.id for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)}
-        observed = self.om.observed_state_ids(thread_id, request.messages, context, resource_id=resource_id)
+        observed = self.om.observed_state_ids(thread_id, request.messages, context, resource_id=resource_id,
+                                              keep_unobserved=self.keep_in_state == "unobserved")
         removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
         if not removals:
             return response

@@ -398,6 +398,45 @@ async def test_observed_state_ids_keep_tool_pairs_the_newest_turn_and_unstored_m
     await om.aclose()
 
 
+async def test_keep_in_state_turn_leaves_only_the_current_turn_while_the_model_sees_the_window(
+    store: OMStore,
+) -> None:
+    """keep_in_state="turn": every stored message before the newest human turn leaves the state,
+    observed or not; the model still gets OM's whole unobserved window (built from the store),
+    and a restarted agent on the same stores carries on from it."""
+    om = make_om(store, observation={"message_tokens": 100_000, "buffer_tokens": False})
+    model = ScriptedAgentModel()
+    saver = InMemorySaver()
+    agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om, keep_in_state="turn")],
+                         checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "turn"}}
+    for i in range(6):
+        await agent.ainvoke({"messages": [user_turn(i)]}, config)
+    state = (await agent.aget_state(config)).values["messages"]
+    assert [m.type for m in state] == ["human", "ai"], "the state is the current turn"
+    assert state[0].content == user_turn(5).content
+    assert not (await om.aget_record("turn")).groups, "nothing was observed: the window held nothing back"
+    seen = [m for m in model.calls[-1] if m.type != "system"]
+    assert len(seen) == 11, "the model saw all five earlier turns and the new message, from OM's store"
+    assert len(await om.store.aget_messages("turn", "turn")) == 12, "every message stored once"
+
+    again = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om, keep_in_state="turn")],
+                         checkpointer=saver)
+    await again.ainvoke({"messages": [user_turn(6)]}, config)
+    assert len([m for m in model.calls[-1] if m.type != "system"]) == 13
+    assert len((await again.aget_state(config)).values["messages"]) == 2
+    await om.aclose()
+
+
+def test_keep_in_state_rejects_unknown_values_by_name() -> None:
+    om = make_om(InMemoryStore())
+    try:
+        with pytest.raises(ValueError, match="keep_in_state"):
+            ObservationalMemoryMiddleware(om, keep_in_state="everything")  # type: ignore[arg-type]
+    finally:
+        om.close()
+
+
 async def test_remove_observed_ignores_messages_an_outer_middleware_added(store: OMStore) -> None:
     from langchain.agents.middleware import wrap_model_call
 
