@@ -172,9 +172,10 @@ def test_agent_step_runs_every_strategy_through_create_agent() -> None:
     # remove_observed: OM's checkpointed state is its unobserved tail, the others keep (nearly) everything
     for saver in ("sqlite", "memory"):
         assert cases[("om", saver, 600)]["state_messages"] < cases[("om-keep-state", saver, 600)]["state_messages"]
+        assert cases[("om-turn-state", saver, 600)]["state_messages"] == 2, "keep_in_state='turn': one turn"
         assert cases[("full-history", saver, 600)]["state_messages"] == 600 + 2 * 3
-    assert {c["summarization"] for c in payload["target"]["comparisons"]} == {"summarization-70k",
-                                                                              "summarization-800k"}
+    assert {(c["om"], c["summarization"]) for c in payload["target"]["comparisons"]} == {
+        (om, summ) for om in agent_step.OM_VARIANTS for summ in ("summarization-70k", "summarization-800k")}
     for c in payload["target"]["comparisons"]:
         floor_ms = cases[(agent_step.FLOOR, c["saver"], agent_step.FLOOR_HISTORY)]["step_ms"]["mean"]
         assert c["floor_ms"] == floor_ms
