@@ -241,6 +241,7 @@ class SQLiteStore:
         try:
             if self._conn is None:
                 self._conn = self._connect()
+                self._changes_at_checkpoint = 0  # total_changes counts from each connection's opening
             return fn(self._conn)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
