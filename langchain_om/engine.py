@@ -946,7 +946,8 @@ class ObservationalMemory:
         """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now."""
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
-        await self.store.aensure_thread(resource, thread_id)
+        if record_key(resource, thread_id) not in self._known_ids:  # as in aprocess: checked once per thread
+            await self.store.aensure_thread(resource, thread_id)
         await self._persist(resource, thread_id, messages, self._clock())
         if not (self.config.buffering_enabled and self.config.observation.buffer_on_idle):
             return

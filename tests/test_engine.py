@@ -375,6 +375,28 @@ def test_restart_persistence_in_a_new_process(tmp_path: Path) -> None:
     assert "h0" not in two["ids"]
 
 
+async def test_turn_end_for_another_resources_thread_is_refused_and_stores_nothing(store: OMStore) -> None:
+    """The ownership check runs once per thread and resource, so skipping it for a known thread
+    can never let a second resource write into the first one's thread."""
+    from langchain_om.store.base import InvalidStoreInput
+
+    om = make_om(store, CallableFake(fn=lambda _m: OBSERVATION), observation={"message_tokens": 100_000})
+    history = next(iter(conversation(2)))
+    await om.aprocess("t1", history, resource_id="u1")
+    await om.aon_turn_end("t1", history, resource_id="u1")  # the owner: fine, nothing new
+    intruder = [HumanMessage("let me in", id="x1")]
+    with pytest.raises(InvalidStoreInput, match="thread_id"):
+        await om.aon_turn_end("t1", intruder, resource_id="u2")
+    with pytest.raises(InvalidStoreInput, match="thread_id"):
+        await om.aon_turn_end("t1", intruder, resource_id="u2")  # and again, now that u2 was seen
+    with pytest.raises(InvalidStoreInput, match="thread_id"):
+        await om.aprocess("t1", intruder, resource_id="u2")
+    stored = await store.aget_messages("u1", "t1")
+    assert [m.id for m in stored] == [m.id for m in history], "nothing of u2's reached u1's thread"
+    assert await store.aget_messages("u2", "t1") == []
+    await om.aclose()
+
+
 async def test_window_cache_sees_other_workers_messages_and_observations(tmp_path: Path) -> None:
     """Two OM instances (two workers) on one SQLite file: each step's window includes what the
     other stored, and an observation committed by one shrinks the other's window."""
