@@ -104,8 +104,10 @@ _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metada
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (named in sqlite3 only from Python 3.11)
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+def _is_busy(exc: BaseException | None) -> bool:
     """Whether SQLite refused because another connection holds a lock."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
         return code & 0xFF in _BUSY_CODES  # an extended code keeps the primary one in its low byte
@@ -273,28 +275,25 @@ class SQLiteStore:
         thread, waiting there as long as ``busy_timeout_ms`` allows. ``fn`` must therefore be
         a whole transaction that is safe to run again after a rollback.
         """
-        if self._conn is None or not self._lock.acquire(blocking=False):
-            return await self._run(fn)
-        busy = False
-        try:
-            conn = self._conn
-            if conn is None or self._checkpoint_due(conn):
-                busy = True
-            else:
-                conn.execute("PRAGMA busy_timeout = 0")
-                try:
-                    return fn(conn)
-                except sqlite3.OperationalError as exc:
-                    if not _is_busy(exc):
-                        raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-                    busy = True
-                except sqlite3.Error as exc:
-                    raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-        finally:
-            self._lock.release()
-        assert busy
+
+        def without_waiting(conn: sqlite3.Connection) -> T:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                return fn(conn)
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._conn is not None and not self._checkpoint_due(self._conn):
+                    try:
+                        return self._locked_call(without_waiting)
+                    except StoreError as exc:
+                        if not _is_busy(exc.__cause__):
+                            raise
+            finally:
+                self._lock.release()
+        # the connection is in use or not open yet, a checkpoint is due, or the lock was held
         return await self._run(fn)
 
     async def asetup(self) -> None:
