@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -110,6 +110,16 @@ _OBSERVATION_FAILED = "buffering_failed"
 _REFLECTION_FAILED = "reflection_buffering_failed"
 Phase = Literal["activate", "observe", "reflect"]
 PHASES: tuple[Phase, ...] = ("activate", "observe", "reflect")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _lru_put(cache: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> None:
+    """Store ``key`` as the most recent entry and drop the oldest beyond ``limit``."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)
 
 
 def _check_phases(phases: Collection[str] | None) -> frozenset[str]:
@@ -401,9 +411,7 @@ class ObservationalMemory:
             message.id = stored.id
         if cache is None:
             cache = self._message_cache.setdefault(record_key(resource_id, stored.thread_id), OrderedDict())
-        cache[stored.id] = message  # the window is rebuilt every step: parse each stored row once
-        while len(cache) > _MESSAGE_CACHE_PER_THREAD:
-            cache.popitem(last=False)
+        _lru_put(cache, stored.id, message, _MESSAGE_CACHE_PER_THREAD)  # parse each stored row once
         return message
 
     def _window_messages(self, resource_id: str, thread_id: str, window: Window) -> list[BaseMessage]:
@@ -449,10 +457,7 @@ class ObservationalMemory:
             return existing
 
     def _remember_record(self, key: str, record: OMRecord) -> None:
-        self._records[key] = record
-        self._records.move_to_end(key)
-        while len(self._records) > _THREAD_CACHE_LIMIT:
-            self._records.popitem(last=False)
+        _lru_put(self._records, key, record, _THREAD_CACHE_LIMIT)
 
     async def _window(self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True) -> Window:
         """Unobserved messages of the thread, oldest first, with their token total.
@@ -1553,10 +1558,7 @@ class ObservationalMemory:
             thread_labels=labels,
             show_thread=self.config.scope == "resource",
         )
-        self._rendered[record.key] = (stamp, text)
-        self._rendered.move_to_end(record.key)
-        while len(self._rendered) > _THREAD_CACHE_LIMIT:
-            self._rendered.popitem(last=False)
+        _lru_put(self._rendered, record.key, (stamp, text), _THREAD_CACHE_LIMIT)
         return text
 
     def _status(self, record: OMRecord, window: Window, thread_id: str, step_number: int) -> StatusData:
