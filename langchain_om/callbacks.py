@@ -71,14 +71,27 @@ def _has_parent_run(config: RunnableConfig | None) -> bool:
     return get_tracing_context().get("parent") is not None
 
 
-async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
-    """Emit each event as a LangChain custom event (name = type) and on ``stream_mode="custom"``."""
-    if not events:
-        return
+def _audience(config: RunnableConfig | None) -> tuple[Any, bool] | None:
+    """Who can hear events now: LangGraph's custom-stream writer (or None) and whether there is
+    a LangChain run to send custom events to; None when nobody can."""
     writer = _stream_writer(config)
     in_run = _has_parent_run(config)
-    if writer is None and not in_run:
-        return  # nobody to tell
+    return None if writer is None and not in_run else (writer, in_run)
+
+
+def _write(writer: Any, part: dict[str, Any], event_type: str) -> None:
+    try:
+        writer(part)
+    except Exception:
+        logger.exception("langchain-om could not write %s to the custom stream", event_type)
+
+
+async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
+    """Emit each event as a LangChain custom event (name = type) and on ``stream_mode="custom"``."""
+    audience = _audience(config) if events else None
+    if audience is None:
+        return
+    writer, in_run = audience
     for event in events:
         part = event.to_part()
         if in_run:
@@ -89,10 +102,7 @@ async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | No
             except Exception:
                 logger.exception("langchain-om could not dispatch %s", event.type)
         if writer is not None:
-            try:
-                writer(part)
-            except Exception:
-                logger.exception("langchain-om could not write %s to the custom stream", event.type)
+            _write(writer, part, event.type)
 
 
 def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
@@ -101,12 +111,10 @@ def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | Non
     Called in the run's own thread, so callback handlers and the custom-stream writer see the
     events exactly as they would from an async node.
     """
-    if not events:
+    audience = _audience(config) if events else None
+    if audience is None:
         return
-    writer = _stream_writer(config)
-    in_run = _has_parent_run(config)
-    if writer is None and not in_run:
-        return
+    writer, in_run = audience
     for event in events:
         part = event.to_part()
         if in_run:
@@ -117,10 +125,7 @@ def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | Non
             except Exception:
                 logger.exception("langchain-om could not dispatch %s", event.type)
         if writer is not None:
-            try:
-                writer(part)
-            except Exception:
-                logger.exception("langchain-om could not write %s to the custom stream", event.type)
+            _write(writer, part, event.type)
 
 
 def _as_event(name: str, data: Any) -> OMEvent | None:
