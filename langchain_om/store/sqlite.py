@@ -183,7 +183,7 @@ class SQLiteStore:
             if not self.in_memory:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
-                conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_if_due
+                conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_due and _checkpoint
             self._migrate(conn)
         except BaseException:
             conn.close()
@@ -251,29 +251,15 @@ class SQLiteStore:
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await asyncio.to_thread(self._call, fn)
 
-    async def _run_small_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """A one-row read, run inline when the connection is free.
+    async def _run_inline(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """A short call of a step (a one-row read, an append), run inline when nothing can make
+        it wait; handing it to a worker thread costs ~0.2 ms, as much as the call itself.
 
-        Handing a query to a worker thread costs ~0.1 ms, thirty times the query itself. Under
-        WAL a reader does not wait for writers, and the connection lock is only tried, never
-        waited for, so the event loop is not held up: if a worker thread has the connection,
-        the read goes to a thread like any other call.
-        """
-        if self._conn is None or not self._lock.acquire(blocking=False):
-            return await self._run(fn)
-        try:
-            return self._locked_call(fn)
-        finally:
-            self._lock.release()
-
-    async def _run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """A short write transaction, run inline when nothing can make it wait.
-
-        Inline only when the connection is free, no checkpoint is due, and SQLite's write lock
-        is free: the transaction runs with a zero busy timeout, so if another connection (or
-        process) holds the lock, it fails at once, rolls back, and runs again in a worker
-        thread, waiting there as long as ``busy_timeout_ms`` allows. ``fn`` must therefore be
-        a whole transaction that is safe to run again after a rollback.
+        Inline only when the connection is free (the lock is only tried, never waited for), no
+        checkpoint is due, and SQLite need not wait for another connection: the call runs with
+        a zero busy timeout, so if another connection (or process) holds a lock it needs, it
+        fails at once, rolls back, and runs again in a worker thread, waiting there as long as
+        ``busy_timeout_ms`` allows. ``fn`` must therefore be a read or a whole transaction.
         """
 
         def without_waiting(conn: sqlite3.Connection) -> T:
@@ -293,7 +279,7 @@ class SQLiteStore:
                             raise
             finally:
                 self._lock.release()
-        # the connection is in use or not open yet, a checkpoint is due, or the lock was held
+        # the connection is in use or not open yet, a checkpoint is due, or a lock was held
         return await self._run(fn)
 
     async def asetup(self) -> None:
@@ -495,7 +481,7 @@ class SQLiteStore:
                     conn.execute("UPDATE threads SET updated_at = ? WHERE thread_id = ?", (u.iso(utcnow()), thread_id))
                 return inserted
 
-        return await self._run_write(run)
+        return await self._run_inline(run)
 
     async def aget_messages(
         self,
@@ -547,7 +533,7 @@ class SQLiteStore:
 
     async def alast_seq(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        return await self._run_small_read(
+        return await self._run_inline(
             lambda conn: int(
                 conn.execute(
                     "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE resource_id = ? AND thread_id = ?",
@@ -580,7 +566,7 @@ class SQLiteStore:
             ).fetchone()
             return (int(row[0]), u.from_iso(row[1])) if row is not None else None
 
-        return await self._run_small_read(run)
+        return await self._run_inline(run)
 
     async def acommit_record(
         self,
