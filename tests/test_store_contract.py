@@ -284,6 +284,24 @@ async def test_mark_observed_commits_with_record(store: OMStore) -> None:
     assert rows[0].observed_at == first_observed_at, "already-observed messages keep their timestamp"
 
 
+async def test_thread_named_like_the_resource_record_is_refused(store: OMStore) -> None:
+    """A thread "*" would share its record key with the resource-scope record, so deleting that
+    thread would delete the resource's whole observation log; every entry point refuses the id."""
+    await store.aappend_messages(R1, "a", msgs("a", 2))
+    kept = await store.acommit_record(record(thread_id=None), expected_version=0, mark_observed={"a": 1})
+    for call in (
+        lambda: store.adelete_thread(R1, "*"),
+        lambda: store.adelete_record(R1, "*"),
+        lambda: store.aensure_thread(R1, "*"),
+        lambda: store.aappend_messages(R1, "*", msgs("s", 1)),
+        lambda: store.aget_record(R1, "*"),
+    ):
+        with pytest.raises(InvalidStoreInput, match="thread_id"):
+            await call()
+    assert await store.aget_record(R1, None) == kept
+    assert [m.observed for m in await store.aget_messages(R1, "a")] == [True, False]
+
+
 async def test_delete_record(store: OMStore) -> None:
     await store.acommit_record(record(), expected_version=0)
     await store.acommit_record(record(thread_id=None), expected_version=0)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .base import InvalidStoreInput, NewMessage, OMRecord, check_id
+from .base import InvalidStoreInput, NewMessage, OMRecord, check_id, check_thread_id
 
 MAX_LIMIT = 1000
 """Explicit limits above this are capped: a hostile or buggy caller cannot ask for the whole table."""
@@ -28,12 +28,12 @@ MAX_TITLE_LEN = 10_000
 
 
 def check_ids(resource_id: Any, thread_id: Any) -> tuple[str, str]:
-    return check_id(resource_id, "resource_id"), check_id(thread_id, "thread_id")
+    return check_id(resource_id, "resource_id"), check_thread_id(thread_id)
 
 
 def check_record_ids(resource_id: Any, thread_id: Any) -> tuple[str, str | None]:
     """The ids naming a record: a resource, plus a thread in thread scope (None in resource scope)."""
-    return check_id(resource_id, "resource_id"), None if thread_id is None else check_id(thread_id, "thread_id")
+    return check_id(resource_id, "resource_id"), None if thread_id is None else check_thread_id(thread_id)
 
 
 def _check_int(value: Any, field: str) -> int:
@@ -133,9 +133,9 @@ def check_record(record: Any, expected_version: Any) -> tuple[OMRecord, int]:
         raise InvalidStoreInput("record", f"must be an OMRecord, got {type(record).__name__}")
     check_id(record.resource_id, "record.resource_id")
     if record.scope == "thread":
-        check_id(record.thread_id, "record.thread_id")
+        check_thread_id(record.thread_id, "record.thread_id")
     elif record.thread_id is not None:
-        check_id(record.thread_id, "record.thread_id")
+        check_thread_id(record.thread_id, "record.thread_id")
     version = check_count(expected_version, "expected_version")
     return record, version
 

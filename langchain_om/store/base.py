@@ -204,7 +204,8 @@ class SupportsRecordStamp(Protocol):
 
 def record_key(resource_id: str, thread_id: str | None) -> str:
     """Records are keyed by resource, plus thread in thread scope."""
-    return f"{resource_id}\x1f{thread_id}" if thread_id is not None else f"{resource_id}\x1f*"
+    thread = thread_id if thread_id is not None else RESOURCE_SCOPE_THREAD
+    return f"{resource_id}\x1f{thread}"
 
 
 def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
@@ -219,6 +220,19 @@ def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
         # record_key joins ids with \x1f; allowing it would let two resources share a record key.
         raise InvalidStoreInput(field, "must not contain the unit separator (\\x1f)")
     return value
+
+
+RESOURCE_SCOPE_THREAD = "*"
+"""The thread part of a resource-scope record's key; no real thread may carry this id."""
+
+
+def check_thread_id(value: Any, field: str = "thread_id") -> str:
+    """A thread id is an id that cannot be mistaken for the resource-scope record's key."""
+    thread_id = check_id(value, field)
+    if thread_id == RESOURCE_SCOPE_THREAD:
+        # record_key(r, "*") == record_key(r, None): deleting thread "*" would delete the resource's record.
+        raise InvalidStoreInput(field, "must not be '*' (reserved for the resource-scope record)")
+    return thread_id
 
 
 @runtime_checkable
