@@ -258,3 +258,39 @@ async def test_multithread_batch_groups_point_at_each_thread_when_reply_is_split
     assert by_thread["one"].start_id == "one-h0" and by_thread["one"].end_id == "one-a0"
     assert f"note for {om.thread_label('one')}" in by_thread["one"].text
     assert om.thread_label("two") not in by_thread["one"].text
+
+
+async def test_a_deleted_thread_used_again_starts_unobserved() -> None:
+    """Deleting a thread drops its watermark from the resource record: the re-created thread
+    numbers its messages from 1 again, and a stale watermark would hide them."""
+    model = ScriptedObserverModel()
+    store = InMemoryStore()
+    om = resource_om(model, store)
+    await om.aon_turn_end("chat", chat("chat", 3), resource_id="u1")
+    await om.aon_turn_end("other", chat("other", 2), resource_id="u1")
+    record = await om.aobserve("chat", resource_id="u1")
+    assert record.last_observed_seq == {"chat": 6, "other": 4}
+    await om.adelete_thread("chat", resource_id="u1")
+    kept = await store.aget_record("u1", None)
+    assert kept is not None and kept.last_observed_seq == {"other": 4}, "the other thread keeps its watermark"
+    fresh = [HumanMessage("my flight is AF123 on Friday", id="n1")]
+    ctx = await om.aprocess("chat", fresh, resource_id="u1", now=T0)
+    assert [m.id for m in ctx.messages] == ["n1"]
+    restarted = resource_om(ScriptedObserverModel(), store)
+    ctx = await restarted.aprocess("chat", fresh, resource_id="u1", now=T0)
+    assert [m.id for m in ctx.messages] == ["n1"]
+
+
+async def test_a_thread_named_like_the_resource_record_is_refused() -> None:
+    store = InMemoryStore()
+    om = resource_om(ScriptedObserverModel(), store)
+    await om.aon_turn_end("chat", chat("chat", 2), resource_id="u1")
+    await om.aobserve("chat", resource_id="u1")
+    for call in (
+        lambda: om.aprocess("*", [HumanMessage("hi", id="s1")], resource_id="u1"),
+        lambda: om.adelete_thread("*", resource_id="u1"),
+    ):
+        with pytest.raises(ValueError, match="thread_id"):
+            await call()
+    record = await store.aget_record("u1", None)
+    assert record is not None and record.groups
