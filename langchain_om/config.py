@@ -7,6 +7,7 @@ naming the offending field instead of surfacing mid-conversation.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -87,7 +88,7 @@ def _check_timeout(value: Any, field: str) -> float | Literal[False]:
     parsed = parse_duration(value, field)
     if parsed is None:
         return DEFAULT_MODEL_TIMEOUT_MS
-    if parsed == "auto" or (parsed is not False and parsed <= 0):
+    if parsed == "auto" or (parsed is not False and not (0 < parsed < math.inf)):
         raise OMConfigError(field, f"expected a positive duration (ms, '90s', '5m') or false, got {value!r}")
     return parsed
 
@@ -124,7 +125,10 @@ def _check_model_spec(value: Any, field: str) -> Any:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=False)
+    # allow_inf_nan=False: NaN passes every "<= 0" check and would only fail mid-conversation.
+    model_config = ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True, validate_assignment=False, allow_inf_nan=False
+    )
 
 
 class ModelSettings(_Strict):
@@ -328,7 +332,7 @@ class RetrievalConfig(_Strict):
     instructions: str | None = None
     vector_store: Any = None
     embeddings: Any = None
-    search_limit: int = 10
+    search_limit: int = Field(default=10, ge=1)
 
     @model_validator(mode="after")
     def _vector_needs_store(self) -> RetrievalConfig:

@@ -257,3 +257,22 @@ def test_retrieval_forms() -> None:
 
 def test_token_counter_choice_is_checked() -> None:
     assert field_of(token_counter="words") == "token_counter"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"observation": {"buffer_tokens": float("nan")}}, "observation.buffer_tokens"),
+        ({"observation": {"buffer_activation": float("nan")}}, "observation.buffer_activation"),
+        ({"observation": {"block_after": float("nan")}}, "observation.block_after"),
+        ({"observation": {"model_timeout": float("nan")}}, "observation.model_timeout"),
+        ({"observation": {"message_tokens": float("inf")}}, "observation.message_tokens"),
+        ({"reflection": {"block_after": float("inf")}}, "reflection.block_after"),
+        ({"reflection": {"model_timeout": float("inf")}}, "reflection.model_timeout"),
+        ({"retrieval": {"search_limit": 0}}, "retrieval.search_limit"),
+    ],
+)
+def test_nan_infinite_and_empty_limits_are_refused_up_front(options: dict[str, Any], field: str) -> None:
+    """NaN passes every "<= 0" check, so without this it surfaced mid-conversation as a bare
+    ``cannot convert float NaN to integer`` (or a timeout on every model call)."""
+    assert field_of(**options).startswith(field)
