@@ -7,6 +7,7 @@ result whose call is missing, and a call whose result is missing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -46,7 +47,19 @@ def message_timestamp(message: BaseMessage) -> datetime | None:
 
 
 def dump_message(message: BaseMessage) -> dict[str, Any]:
-    return message_to_dict(message)
+    """The message as stored; a tool's artifact that JSON cannot hold is left out.
+
+    Artifacts (``content_and_artifact`` tools) are often bytes or objects, and they never reach a
+    model. Storing them would refuse the message on every step and stall the thread.
+    """
+    data = message_to_dict(message)
+    artifact = data["data"].get("artifact")
+    if artifact is not None:
+        try:
+            json.dumps(artifact, allow_nan=False)
+        except (TypeError, ValueError):
+            data["data"]["artifact"] = None
+    return data
 
 
 def load_message(data: dict[str, Any]) -> BaseMessage:

@@ -108,3 +108,31 @@ async def test_async_callers_can_wait_for_work_the_sync_twins_started() -> None:
     om.process("t1", list(conversation(5))[-1])
     await om.aclose()  # waits for the private loop's task too
     assert len((await om.store.aget_record("t1", "t1")).buffered_chunks) > len(record.buffered_chunks)
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_a_tool_artifact_json_cannot_hold_does_not_stall_the_thread(store_kind: str, tmp_path: Any) -> None:
+    """``content_and_artifact`` tools often return bytes or objects as the artifact; the model
+    never sees it, so OM stores the message without it instead of refusing it every step."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from langchain_om.store.sqlite import SQLiteStore
+
+    store = InMemoryStore() if store_kind == "memory" else SQLiteStore(str(tmp_path / "om.db"))
+    om = ObservationalMemory(store, model=CallableFake(fn=lambda _m: OBSERVATION))
+    call = {"name": "fetch", "args": {}, "id": "c1"}
+    history: list[BaseMessage] = [
+        HumanMessage("fetch the report", id="h1"),
+        AIMessage("", tool_calls=[call], id="a1"),
+        ToolMessage("report fetched", tool_call_id="c1", artifact=b"%PDF-1.7 raw bytes", id="t1"),
+        ToolMessage("second", tool_call_id="c1", artifact={"pages": 3}, id="t2"),
+    ]
+    ctx = await om.aprocess("th", history)
+    assert [m.id for m in ctx.messages] == ["h1", "a1", "t1", "t2"]
+    assert history[2].artifact == b"%PDF-1.7 raw bytes", "the caller's message is untouched"  # type: ignore[attr-defined]
+    stored = {m.id: m.data["data"] for m in await store.aget_messages("th", "th")}
+    assert stored["t1"]["artifact"] is None and stored["t1"]["content"] == "report fetched"
+    assert stored["t2"]["artifact"] == {"pages": 3}
+    ctx = await om.aprocess("th", [*history, AIMessage("done", id="a2")])
+    assert [m.id for m in ctx.messages][-1] == "a2"
+    await om.aclose()
