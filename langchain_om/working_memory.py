@@ -262,7 +262,8 @@ class WorkingMemory:
         def ids(config: RunnableConfig | None) -> tuple[str, str | None]:
             configurable = (config or {}).get("configurable", {}) or {}
             thread = thread_id or configurable.get("thread_id")
-            resource = resource_id or configurable.get("resource_id")
+            # user_id is the alias the graph nodes, middleware and recall tool accept too
+            resource = resource_id or configurable.get("resource_id") or configurable.get("user_id")
             if not thread:
                 raise ToolException("update_working_memory needs a thread_id in config['configurable']")
             return str(thread), (str(resource) if resource else None)

@@ -162,6 +162,21 @@ async def test_update_tool_writes_markdown_for_the_configured_thread() -> None:
     assert "thread_id" in str(missing)
 
 
+async def test_update_tool_takes_the_user_id_alias_like_the_other_integrations() -> None:
+    """Without it the document landed under the thread's resource, not the user's."""
+    om = make_om(working_memory={"scope": "resource"})
+    assert om.working_memory is not None
+    [tool] = om.working_memory_tools()
+    config: Any = {"configurable": {"thread_id": "t1", "user_id": "alice"}}
+    await tool.ainvoke({"content": "- Name: Alice"}, config=config)
+    assert await om.working_memory.aget("t9", resource_id="alice") == "- Name: Alice"
+    assert await om.working_memory.aget("t1", resource_id="t1") is None
+    both: Any = {"configurable": {"thread_id": "t1", "resource_id": "u7", "user_id": "alice"}}
+    await tool.ainvoke({"content": "- Name: Ren"}, config=both)
+    assert await om.working_memory.aget("t1", resource_id="u7") == "- Name: Ren"
+    assert await om.working_memory.aget("t1", resource_id="alice") == "- Name: Alice"
+
+
 async def test_update_tool_with_schema_merges_fields() -> None:
     om = make_om(working_memory={"schema": Person, "scope": "thread"})
     assert om.working_memory is not None
