@@ -70,6 +70,7 @@ from .messages import (
     model_identity,
     safe_cut_at_or_after,
     safe_cut_at_or_before,
+    same_model,
 )
 from .models import ModelSelectionError, acall_om_model, model_supports_images
 from .store.base import (
@@ -1085,7 +1086,7 @@ class ObservationalMemory:
         if not step.current_model or last_ai is None:
             return None
         previous = model_identity(self._as_langchain(step.resource_id, last_ai))
-        if previous and _normalise_model_id(previous) != _normalise_model_id(step.current_model):
+        if previous and not same_model(previous, step.current_model):
             return previous
         return None
 
@@ -1659,10 +1660,6 @@ def _provider_of(model_id: str | None) -> str | None:
         if sep in model_id:
             return model_id.split(sep, 1)[0]
     return None
-
-
-def _normalise_model_id(model_id: str) -> str:
-    return model_id.replace(":", "/").lower()
 
 
 def default_db_path() -> str:

@@ -8,6 +8,7 @@ result whose call is missing, and a call whose result is missing.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -102,6 +103,29 @@ def last_human_index(messages: Sequence[BaseMessage]) -> int | None:
         if messages[index].type == "human":
             return index
     return None
+
+
+_MODEL_VERSION_SUFFIX = re.compile(r"-(?:latest|\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4})$")
+
+
+def _model_parts(model_id: str) -> tuple[str | None, str]:
+    provider, _, name = model_id.replace(":", "/").lower().rpartition("/")
+    if provider.endswith("models"):  # Gemini reports "models/gemini-2.5-flash"
+        provider = provider[: -len("models")].rstrip("/")
+    return provider or None, _MODEL_VERSION_SUFFIX.sub("", name)
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two ``provider/model`` ids name the same model.
+
+    A response reports the dated snapshot (``gpt-4o-mini-2024-07-18``) and may omit the
+    provider, while the caller's model carries the alias: comparing strings would see a change
+    on every step and defeat buffering. A provider is compared only when both sides have one.
+    """
+    (provider_a, name_a), (provider_b, name_b) = _model_parts(a), _model_parts(b)
+    if provider_a and provider_b and provider_a != provider_b:
+        return False
+    return name_a == name_b
 
 
 def model_identity(message: BaseMessage) -> str | None:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from itertools import pairwise
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from om_fakes import OBSERVATION, START, CallableFake, conversation, is_reflector_prompt, observer_or_reflector
 
@@ -318,3 +319,25 @@ async def test_aclose_cancel_leaves_a_consistent_record() -> None:
     record_after = await om.store.aget_record("t1", "t1")
     assert record_after is not None and record_after.version == record_before.version
     assert record_after.buffered_chunks == []
+
+
+@pytest.mark.parametrize(
+    ("reported", "current", "same"),
+    [
+        ("openai/gpt-4o-mini-2024-07-18", "openai/gpt-4o-mini", True),
+        ("gpt-4o-mini-2024-07-18", "openai/gpt-4o-mini", True),
+        ("anthropic/claude-3-5-sonnet-20241022", "anthropic:claude-3-5-sonnet-latest", True),
+        ("google_genai/models/gemini-2.5-flash", "google_genai/gemini-2.5-flash", True),
+        ("OpenAI/GPT-5-mini", "openai:gpt-5-mini", True),
+        ("openai/gpt-4o", "openai/gpt-4o-mini", False),
+        ("openai/gpt-4o-mini", "anthropic/gpt-4o-mini", False),
+        ("google_genai/gemini-2.5-flash", "google_genai/gemini-2.5-pro", False),
+    ],
+)
+def test_provider_change_ignores_snapshot_dates_and_a_missing_provider(reported: str, current: str, same: bool) -> None:
+    """Responses report the dated snapshot and sometimes no provider; read as a change, every
+    step with buffered chunks would activate them ("provider_change") and defeat buffering."""
+    from langchain_om.messages import same_model
+
+    assert same_model(reported, current) is same
+    assert same_model(current, reported) is same
