@@ -508,9 +508,8 @@ class ObservationalMemory:
         ``"reflect"``, so graph nodes can run one phase each. The call that includes ``"reflect"``
         closes the agent step: only it emits ``data-om-status`` and starts background buffering.
         """
-        check_id(thread_id, "thread_id")
-        run = _check_phases(phases)
         resource = self._resource_for(thread_id, resource_id)
+        run = _check_phases(phases)
         await self._ensure_setup()
         moment = now or self._clock()
         if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here

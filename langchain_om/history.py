@@ -14,7 +14,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from .engine import ObservationalMemory, OMAborted, OMContext
-from .store.base import check_id
+from .store.base import check_id, check_thread_id
 
 
 class ObservationalChatMessageHistory(BaseChatMessageHistory):
@@ -32,7 +32,7 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
         if not isinstance(om, ObservationalMemory):
             raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
         self.om = om
-        self.thread_id = check_id(thread_id, "thread_id")
+        self.thread_id = check_thread_id(thread_id)
         self.resource_id = check_id(resource_id, "resource_id") if resource_id is not None else None
 
     @property

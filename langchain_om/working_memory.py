@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .config import OMConfigError
 from .extractors import ExtractionContext, Extractor
-from .store.base import OMRecord, check_id, utcnow
+from .store.base import OMRecord, utcnow
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
@@ -152,7 +152,6 @@ class WorkingMemory:
         return "resource" if self.settings.scope == "resource" else f"thread:{thread_id}"
 
     def _resource(self, thread_id: str, resource_id: str | None) -> str:
-        check_id(thread_id, "thread_id")
         return self.memory._resource_for(thread_id, resource_id)
 
     async def aget(self, thread_id: str, *, resource_id: str | None = None) -> str | dict[str, Any] | None:

@@ -132,9 +132,7 @@ def check_record(record: Any, expected_version: Any) -> tuple[OMRecord, int]:
     if not isinstance(record, OMRecord):
         raise InvalidStoreInput("record", f"must be an OMRecord, got {type(record).__name__}")
     check_id(record.resource_id, "record.resource_id")
-    if record.scope == "thread":
-        check_thread_id(record.thread_id, "record.thread_id")
-    elif record.thread_id is not None:
+    if record.scope == "thread" or record.thread_id is not None:
         check_thread_id(record.thread_id, "record.thread_id")
     version = check_count(expected_version, "expected_version")
     return record, version
