@@ -1175,10 +1175,11 @@ class ObservationalMemory:
             if obs_tokens <= ref.block_after_tokens() and not record.metadata.get(_REFLECTION_FAILED):
                 return record
         failed_at = self._reflection_failed_at.get(step.key)
-        if failed_at is not None and obs_tokens < failed_at + max(1, ref.observation_tokens // 10):
+        if failed_at is not None and failed_at <= obs_tokens < failed_at + max(1, ref.observation_tokens // 10):
             # the last synchronous reflection failed (error or no compression) at failed_at tokens:
             # wait for the log to grow by a tenth of the threshold instead of paying the whole
-            # retry ladder again on every step
+            # retry ladder again on every step (a log that shrank since, reflected by another
+            # worker or started afresh, is not held back)
             return record
         return await self._reflect_sync(step, record, trigger="turn-sync")
 
@@ -1488,6 +1489,7 @@ class ObservationalMemory:
             self._rendered.pop(key, None)
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
+            self._reflection_failed_at.pop(key, None)
 
     async def _forget_thread_watermark(self, resource_id: str, thread_id: str) -> None:
         """Drop a deleted thread's ``last_observed_seq`` from the resource record.

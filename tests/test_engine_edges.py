@@ -136,3 +136,50 @@ async def test_a_tool_artifact_json_cannot_hold_does_not_stall_the_thread(store_
     ctx = await om.aprocess("th", [*history, AIMessage("done", id="a2")])
     assert [m.id for m in ctx.messages][-1] == "a2"
     await om.aclose()
+
+
+async def test_a_failed_reflection_does_not_hold_back_the_next_conversation_on_the_thread() -> None:
+    """After a failed synchronous reflection OM waits for the log to grow a tenth before trying
+    again; that wait belongs to the old log, not to a new conversation after a delete."""
+    condensed = (
+        "<observations>\nDate: 2026-11-30 (Monday)\n"
+        + "\n".join(f"* 🔴 condensed {i}" for i in range(8))
+        + "\n</observations>"
+    )
+    long_log = (
+        "<observations>\nDate: 2026-11-30 (Monday)\n"
+        + "\n".join(f"* 🟡 fact {i} about cat food" for i in range(20))
+        + "\n</observations>"
+    )
+    state = {"fail": True, "reflector_calls": 0}
+
+    def respond(messages: list[BaseMessage]) -> str:
+        if is_reflector_prompt(messages):
+            state["reflector_calls"] += 1
+            if state["fail"]:
+                raise RuntimeError("reflector down")
+            return condensed
+        return long_log
+
+    om = ObservationalMemory(
+        InMemoryStore(),
+        model=CallableFake(fn=respond),
+        token_counter="estimator",
+        observation={"message_tokens": 400, "buffer_tokens": False},
+        reflection={"observation_tokens": 1000},
+    )
+
+    async def grow(until: int) -> Any:
+        for history in conversation(200):
+            await om.aprocess("t", history)
+            record = await om.aget_record("t")
+            if record.generation_count or record.observation_tokens >= until:
+                return record
+        return record
+
+    failed = await grow(2500)
+    assert failed.generation_count == 0 and state["reflector_calls"] > 0
+    await om.adelete_thread("t")
+    state.update(fail=False, reflector_calls=0)
+    healthy = await grow(2400)
+    assert state["reflector_calls"] > 0 and healthy.generation_count >= 1
