@@ -744,7 +744,9 @@ def _validation_error(error: Any) -> str:
     return "recall error: invalid arguments — " + ("; ".join(problems) or "could not read the arguments")
 
 
-def _ids_from_config(config: RunnableConfig | None) -> tuple[str | None, str | None]:
+def ids_from_run_config(config: RunnableConfig | None) -> tuple[str | None, str | None]:
+    """``(thread_id, resource_id)`` a tool reads from ``config["configurable"]``, either may be
+    missing; ``user_id`` is the alias of ``resource_id``, as in the graph nodes and middleware."""
     configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
     thread = configurable.get("thread_id")
     resource = configurable.get("resource_id")
@@ -773,7 +775,7 @@ class RecallTool(BaseTool):
         om = self.memory
         if not isinstance(om, ObservationalMemory):
             raise ToolException("recall is not connected to an ObservationalMemory")
-        config_thread, config_resource = _ids_from_config(config)
+        config_thread, config_resource = ids_from_run_config(config)
         thread = self.bound_thread_id or config_thread
         resource = self.bound_resource_id or (config_resource if self.bound_thread_id is None else None)
         if not thread:

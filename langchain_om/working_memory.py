@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .config import OMConfigError
 from .extractors import ExtractionContext, Extractor
+from .recall import ids_from_run_config
 from .store.base import OMRecord, utcnow
 
 if TYPE_CHECKING:
@@ -259,10 +260,9 @@ class WorkingMemory:
         schema = self.settings.schema
 
         def ids(config: RunnableConfig | None) -> tuple[str, str | None]:
-            configurable = (config or {}).get("configurable", {}) or {}
-            thread = thread_id or configurable.get("thread_id")
-            # user_id is the alias the graph nodes, middleware and recall tool accept too
-            resource = resource_id or configurable.get("resource_id") or configurable.get("user_id")
+            config_thread, config_resource = ids_from_run_config(config)
+            thread = thread_id or config_thread
+            resource = resource_id or config_resource
             if not thread:
                 raise ToolException("update_working_memory needs a thread_id in config['configurable']")
             return str(thread), (str(resource) if resource else None)
