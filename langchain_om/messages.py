@@ -7,7 +7,6 @@ result whose call is missing, and a call whose result is missing.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -15,7 +14,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, message_to_dict, messages_from_dict
 
-from .store.base import new_id
+from .store._util import dumps
+from .store.base import InvalidStoreInput, new_id
 
 TIMESTAMP_KEY = "created_at"
 """``message.response_metadata[TIMESTAMP_KEY]`` (ISO string or epoch seconds) dates a message."""
@@ -57,8 +57,8 @@ def dump_message(message: BaseMessage) -> dict[str, Any]:
     artifact = data["data"].get("artifact")
     if artifact is not None:
         try:
-            json.dumps(artifact, allow_nan=False)
-        except (TypeError, ValueError):
+            dumps(artifact, "artifact")  # the store's own JSON rule, so the two cannot disagree
+        except InvalidStoreInput:
             data["data"]["artifact"] = None
     return data
 
