@@ -61,14 +61,21 @@ from .events import (
     iso_now,
 )
 from .hooks import HookContext, ObserveHooks, Trigger
+from .inputs import (
+    Instructions,
+    KnownMessage,
+    edit_row,
+    is_edit_message,
+    known_from_rows,
+    message_fingerprint,
+    sort_inputs,
+)
 from .messages import (
     dump_message,
     ensure_id,
-    last_human_index,
     load_message,
     message_timestamp,
     model_identity,
-    safe_cut_at_or_after,
     safe_cut_at_or_before,
     same_model,
 )
@@ -90,8 +97,8 @@ from .store.base import (
     total_tokens,
     utcnow,
 )
-from .temporal import is_marker_message
 from .tokens import TokenCounter, get_token_counter
+from .turns import pin_message, pinned_row, removable_prefix, sync_cut
 from .window import Window
 
 logger = logging.getLogger("langchain_om")
@@ -149,6 +156,8 @@ class OMContext:
     source_record: OMRecord = field(repr=False)  # OM's own cached copy: read it through ``record``
     observed_message_ids: list[str] = field(default_factory=list)
     aborted: str | None = None
+    instructions: list[BaseMessage] = field(default_factory=list)
+    """The caller's own system messages (never observed), which lead the model's input."""
     _record_copy: OMRecord | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -160,8 +169,10 @@ class OMContext:
         return self._record_copy
 
     def to_messages(self) -> list[BaseMessage]:
-        """System message (if any) followed by the unobserved messages."""
-        return ([self.system_message] if self.system_message is not None else []) + list(self.messages)
+        """The model's input: the caller's system messages, OM's system message (once there is a
+        log, a task or a section to show), then the unobserved messages."""
+        own = [self.system_message] if self.system_message is not None else []
+        return [*self.instructions, *own, *self.messages]
 
 
 @dataclass
@@ -200,6 +211,15 @@ class _WindowCache:
     after: int
     newest: int
     rows: Window
+
+
+@dataclass
+class _StepInputs:
+    """What ``_persist`` found in the caller's messages."""
+
+    instructions: list[BaseMessage] = field(default_factory=list)
+    edited: list[BaseMessage] = field(default_factory=list)
+    inserted: list[StoredMessage] = field(default_factory=list)
 
 
 @dataclass
@@ -272,11 +292,13 @@ class ObservationalMemory:
         self._setup_loop: asyncio.AbstractEventLoop | None = None
         self._is_setup = False
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
-        self._known_ids: dict[str, set[str]] = {}
+        self._known_ids: dict[str, dict[str, KnownMessage]] = {}  # thread -> stored id -> fingerprint, seq
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
         self._rendered: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # record key -> (stamp, text)
+        # thread -> (fingerprints, the caller's system messages, their tokens)
+        self._instruction_cache: OrderedDict[str, tuple[Any, list[BaseMessage], int]] = OrderedDict()
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._reflection_failed_at: dict[str, int] = {}  # record key -> log tokens at a failed sync reflection
         self._pending_events: dict[str, list[OMEvent]] = {}
@@ -330,33 +352,28 @@ class ObservationalMemory:
 
     async def _persist(
         self, resource_id: str, thread_id: str, messages: Sequence[BaseMessage], now: datetime
-    ) -> list[StoredMessage]:
-        """Store the messages not stored yet. Scans from the newest back to the first known id,
-        so a step costs O(new messages), not O(history)."""
+    ) -> _StepInputs:
+        """Store the messages not stored yet; report the caller's instructions and edits.
+
+        New messages are found from the fingerprints of the ids already stored (see
+        ``inputs.sort_inputs``), so a step costs O(new messages), not O(history)."""
         cache_key = record_key(resource_id, thread_id)
         self._touch_thread(cache_key)
         known = self._known_ids.get(cache_key)
         if known is None:
-            stored = await self.store.aget_messages(resource_id, thread_id)
-            known = {m.id for m in stored}
+            known = known_from_rows(await self.store.aget_messages(resource_id, thread_id))
             self._known_ids[cache_key] = known
-        fresh: list[BaseMessage] = []
-        for message in reversed(messages):
-            if not isinstance(message, BaseMessage):
-                raise TypeError(f"messages: expected LangChain BaseMessage objects, got {type(message).__name__}")
-            if message.type == "remove":
-                continue
-            if message.id and message.id in known:
-                break
-            fresh.append(message)
-        fresh.reverse()
+        cache = self._message_cache.setdefault(cache_key, OrderedDict())
+        sorted_inputs = sort_inputs(messages, known, cache)
+        fresh = sorted_inputs.fresh
+        for instruction in sorted_inputs.instructions:
+            ensure_id(instruction)
+        inputs = _StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited)
         if not fresh:
-            return []
+            return inputs
         rows: list[NewMessage] = []
         for message in fresh:
             ensure_id(message)
-            if message.type == "system" and message.id and message.id.startswith("langchain-om-"):
-                continue
             created = message_timestamp(message) or now
             tokens = self.counter.count_message(message)
             rows.append(NewMessage(id=message.id or new_id("msg_"), data=dump_message(message), tokens=tokens,
@@ -366,15 +383,67 @@ class ObservationalMemory:
         self._extend_window(cache_key, inserted)
         for listener in self.message_listeners:
             await listener(self, resource_id, thread_id, inserted)
-        known.update(row.id for row in rows)
         by_id = {m.id: m for m in fresh if m.id}
-        cache = self._message_cache.setdefault(cache_key, OrderedDict())
         for row in inserted:
-            if row.id in by_id:
-                cache[row.id] = by_id[row.id]
+            sent = by_id.get(row.id)
+            known[row.id] = KnownMessage(message_fingerprint(sent) if sent is not None else "", row.seq)
+            if sent is not None:
+                cache[row.id] = sent
         while len(cache) > _MESSAGE_CACHE_PER_THREAD:
             cache.popitem(last=False)
-        return inserted
+        inputs.inserted = inserted
+        return inputs
+
+    async def _settle_inputs(self, step: _StepState, record: OMRecord, inputs: _StepInputs) -> OMRecord:
+        """Under the thread lock: keep the caller's instructions, apply edits of known messages."""
+        if inputs.instructions and Instructions.changed(record.metadata, step.thread_id, inputs.instructions):
+            for _attempt in range(_MAX_COMMIT_RETRIES):
+                updated = record.model_copy(deep=True)
+                Instructions.put(updated.metadata, step.thread_id, inputs.instructions)
+                try:
+                    record = await self.store.acommit_record(updated, expected_version=record.version)
+                    break
+                except RecordConflictError:
+                    record = await self._load_record(step.resource_id, step.thread_id)
+                    if not Instructions.changed(record.metadata, step.thread_id, inputs.instructions):
+                        break
+        if inputs.instructions:
+            # this step's own objects stand for the stored copy (same content): the caller's state
+            # keeps its ids, and nothing is parsed again
+            tokens = sum(self.counter.count_message(m) for m in inputs.instructions)
+            stamp = tuple(Instructions.fingerprints(inputs.instructions))
+            _lru_put(self._instruction_cache, record_key(step.resource_id, step.thread_id),
+                     (stamp, list(inputs.instructions), tokens), _THREAD_CACHE_LIMIT)
+        if inputs.edited:
+            await self._apply_edits(step, record, inputs.edited)
+        return record
+
+    async def _apply_edits(self, step: _StepState, record: OMRecord, edited: Sequence[BaseMessage]) -> None:
+        """An unobserved message takes its new content in place; an observed one gets an ``edit``
+        row after the newest message, which the Observer reads as a correction."""
+        cache_key = record_key(step.resource_id, step.thread_id)
+        known = self._known_ids.setdefault(cache_key, {})
+        cache = self._message_cache.setdefault(cache_key, OrderedDict())
+        watermark = record.last_observed_seq.get(step.thread_id, 0)
+        corrections: list[NewMessage] = []
+        for message in edited:
+            mid = str(message.id)
+            entry = known.get(mid)
+            if entry is None:
+                continue
+            tokens = self.counter.count_message(message)
+            fingerprint = message_fingerprint(message)
+            replaced = entry.seq > watermark and await self.store.areplace_message(
+                step.resource_id, step.thread_id, mid, dump_message(message), tokens)
+            if not replaced:
+                corrections.append(edit_row(message, tokens, step.now))
+            known[mid] = KnownMessage(fingerprint, entry.seq)
+            cache[mid] = message
+        self._windows.pop(cache_key, None)  # re-read the (bounded) unobserved window with the edits
+        if corrections:
+            inserted = await self.store.aappend_messages(step.resource_id, step.thread_id, corrections)
+            for listener in self.message_listeners:
+                await listener(self, step.resource_id, step.thread_id, inserted)
 
     def _extend_window(self, cache_key: str, inserted: list[StoredMessage]) -> None:
         """Add just-stored rows to the cached window when they follow its newest row directly;
@@ -514,13 +583,14 @@ class ObservationalMemory:
         moment = now or self._clock()
         if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here
             await self.store.aensure_thread(resource, thread_id)
-        await self._persist(resource, thread_id, messages, moment)
+        inputs = await self._persist(resource, thread_id, messages, moment)
         key = record_key(resource, self._record_thread(thread_id))
         step = _StepState(resource, thread_id, key, moment, [], current_model, config)
         aborted: str | None = None
         async with self._lock(key):
             step.events.extend(self._pending_events.pop(key, []))
             record = await self._load_record(resource, thread_id)
+            record = await self._settle_inputs(step, record, inputs)
             window_before = await self._window(record, resource, thread_id)
             if self.config.enabled:
                 try:
@@ -591,30 +661,36 @@ class ObservationalMemory:
     # ------------------------------------------------------- observation
 
     def _sync_cut(self, messages: Sequence[BaseMessage], tokens: Sequence[int]) -> int:
-        """How many of the window's messages a synchronous observation takes.
+        """How many of the window's messages a synchronous observation takes (``turns.sync_cut``):
+        everything before the current turn; the turn's answered tool rounds only when the turn alone
+        is over ``block_after``; never the newest tool round."""
+        obs = self.config.observation
+        return sync_cut(messages, tokens, message_limit=obs.message_tokens, turn_limit=obs.block_after_tokens(),
+                        keep=obs.tokens_to_keep_after_activation())
 
-        Everything before the newest human turn, at a safe boundary; if that turn alone is still
-        over the limit (a long tool loop), it also takes the older part of the turn, leaving about
-        the post-activation budget (the newest human message stays visible, pinned).
-        """
-        human = last_human_index(messages)
-        # a temporal marker belongs to the message it announces: both stay, or both go
-        while human is not None and human > 0 and is_marker_message(messages[human - 1]):
-            human -= 1
-        cut = safe_cut_at_or_before(messages, human if human is not None else len(messages))
-        keep = self.config.observation.tokens_to_keep_after_activation()
-        if sum(tokens[cut:]) > self.config.observation.message_tokens:
-            target = cut
-            while target < len(messages) and sum(tokens[target:]) > keep:
-                target += 1
-            cut = max(cut, safe_cut_at_or_after(messages, target))
-        return cut
+    def _activatable(self, resource_id: str, thread_id: str, window: Window,
+                     chunks: Sequence[BufferedChunk]) -> list[BufferedChunk]:
+        """The oldest chunks whose messages may leave the context now (``turns.removable_prefix``):
+        a chunk may cover the unanswered round, but it is not activated before the model answered."""
+        if not chunks or not window:
+            return list(chunks)
+        lc = self._window_messages(resource_id, thread_id, window)
+        limit = removable_prefix(lc, [m.tokens for m in window],
+                                 turn_limit=self.config.observation.block_after_tokens())
+        through = window[limit - 1].seq if limit > 0 else window[0].seq - 1
+        out: list[BufferedChunk] = []
+        for chunk in sorted(chunks, key=lambda c: c.start_seq):
+            if chunk.end_seq > through:
+                break
+            out.append(chunk)
+        return out
 
     async def _observe_sync(
         self, step: _StepState, record: OMRecord, window: Window, *, trigger: Trigger
     ) -> OMRecord:
         if self.config.buffering_enabled and record.buffered_chunks:
-            record = await self._activate_chunks(step, record, window, list(record.buffered_chunks), "threshold")
+            ready = self._activatable(step.resource_id, step.thread_id, window, record.buffered_chunks)
+            record = await self._activate_chunks(step, record, window, ready, "threshold")
             window = await self._window(record, step.resource_id, step.thread_id)
         if self.config.scope == "resource":
             from .resource import observe_resource
@@ -625,11 +701,12 @@ class ObservationalMemory:
         if cut <= 0:
             return record
         chosen: Sequence[StoredMessage] = window[:cut]
+        pinned = pinned_row(lc, window, cut)
         for _attempt in range(_MAX_COMMIT_RETRIES):
             result = await self._observe_messages(step, record, {step.thread_id: chosen}, trigger=trigger)
             if result is None:
                 return record
-            updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=_pins_human(lc, cut))
+            updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=pinned)
             updated.metadata.pop(_OBSERVATION_FAILED, None)
             try:
                 committed = await self.store.acommit_record(
@@ -653,7 +730,7 @@ class ObservationalMemory:
         chosen: Sequence[StoredMessage],
         result: _CycleResult,
         *,
-        human_pinned: str | None,
+        human_pinned: StoredMessage | None,
         source: Literal["observation", "buffered"] = "observation",
     ) -> OMRecord:
         updated = record.model_copy(deep=True)
@@ -677,7 +754,7 @@ class ObservationalMemory:
         ]
         self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
         if human_pinned is not None:
-            updated.metadata["pinned_message_id"] = human_pinned
+            pin_message(updated.metadata, human_pinned)
         updated.updated_at = utcnow()
         return updated
 
@@ -955,13 +1032,17 @@ class ObservationalMemory:
         await self._ensure_setup()
         if record_key(resource, thread_id) not in self._known_ids:  # as in aprocess: checked once per thread
             await self.store.aensure_thread(resource, thread_id)
-        await self._persist(resource, thread_id, messages, self._clock())
-        if not (self.config.buffering_enabled and self.config.observation.buffer_on_idle):
-            return
+        inputs = await self._persist(resource, thread_id, messages, self._clock())
         key = record_key(resource, self._record_thread(thread_id))
         step = _StepState(resource, thread_id, key, self._clock(), [], None, None)
+        idle_buffering = self.config.buffering_enabled and self.config.observation.buffer_on_idle
+        if not (idle_buffering or inputs.instructions or inputs.edited):
+            return
         async with self._lock(key):
             record = await self._load_record(resource, thread_id)
+            record = await self._settle_inputs(step, record, inputs)
+            if not idle_buffering:
+                return
             window = await self._window(record, resource, thread_id)
         buffered_to = max([c.end_seq for c in record.buffered_chunks], default=0)
         pending = window.after(buffered_to)
@@ -1042,6 +1123,7 @@ class ObservationalMemory:
         self, step: _StepState, record: OMRecord, window: Window, tokens: int
     ) -> OMRecord:
         chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(step.thread_id, 0)]
+        chunks = self._activatable(step.resource_id, step.thread_id, window, chunks)
         if not chunks:
             return record
         obs = self.config.observation
@@ -1119,9 +1201,9 @@ class ObservationalMemory:
         updated.last_observed_at = step.now
         lc_window = [self._as_langchain(step.resource_id, m) for m in window]
         cut = sum(1 for m in window if m.seq <= last.end_seq)
-        pinned = _pins_human(lc_window, cut)
+        pinned = pinned_row(lc_window, window, cut)
         if pinned is not None:
-            updated.metadata["pinned_message_id"] = pinned
+            pin_message(updated.metadata, pinned)
         # chunks that no longer start after the observed point can never be activated
         updated.buffered_chunks = [c for c in updated.buffered_chunks if c.start_seq > last.end_seq]
         try:
@@ -1404,7 +1486,7 @@ class ObservationalMemory:
                     result = await self._observe_messages(step, record, {thread_id: chosen}, trigger="manual")
                     if result is not None:
                         updated = self._apply_observation(record, thread_id, chosen, result,
-                                                          human_pinned=_pins_human(lc, cut))
+                                                          human_pinned=pinned_row(lc, window, cut))
                         record = await self.store.acommit_record(
                             updated, expected_version=record.version, mark_observed={thread_id: chosen[-1].seq})
                         await self._after_observation(step, record, result)
@@ -1456,7 +1538,7 @@ class ObservationalMemory:
         if context.aborted is not None:
             return []
         resource = self._resource_for(thread_id, resource_id)
-        known = self._known_ids.get(record_key(resource, thread_id), set())
+        known: Mapping[str, KnownMessage] = self._known_ids.get(record_key(resource, thread_id), {})
         in_window = {m.id for m in context.messages} if keep_unobserved else set()
         newest_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=-1)
         if newest_human <= 0:
@@ -1487,22 +1569,29 @@ class ObservationalMemory:
             self._windows.pop(cache_key, None)
             self._records.pop(key, None)
             self._rendered.pop(key, None)
+            self._instruction_cache.pop(cache_key, None)
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
             self._reflection_failed_at.pop(key, None)
 
     async def _forget_thread_watermark(self, resource_id: str, thread_id: str) -> None:
-        """Drop a deleted thread's ``last_observed_seq`` from the resource record.
+        """Drop a deleted thread's ``last_observed_seq``, instructions and pin from the resource record.
 
         A thread created again under the same id numbers its messages from 1; a watermark left
         behind would hide that many of them from the model and from the Observer.
         """
         for _ in range(_MAX_COMMIT_RETRIES):
             record = await self.store.aget_record(resource_id, None)
-            if record is None or thread_id not in record.last_observed_seq:
+            if record is None:
                 return
             updated = record.model_copy(deep=True)
-            del updated.last_observed_seq[thread_id]
+            updated.last_observed_seq.pop(thread_id, None)
+            Instructions.forget(updated.metadata, thread_id)
+            pins = updated.metadata.get("pinned")
+            if isinstance(pins, dict):
+                pins.pop(thread_id, None)
+            if updated == record:
+                return
             if await self._commit_quietly(updated, record.version):
                 return
         raise RecordConflictError(f"could not clear thread {thread_id!r} from the resource record")
@@ -1555,14 +1644,48 @@ class ObservationalMemory:
             if section:
                 sections.append(section)
         text = self._render(record, sections)
-        messages = self._window_messages(resource_id, thread_id, window)
-        pinned_id = record.metadata.get("pinned_message_id")
-        if isinstance(pinned_id, str) and not any(m.type == "human" for m in messages):
-            pinned = await self.store.aget_message(resource_id, pinned_id)
-            if pinned is not None and pinned.thread_id == thread_id:
+        messages = [m for m in self._window_messages(resource_id, thread_id, window) if not is_edit_message(m)]
+        if not any(m.type == "human" for m in messages):
+            pinned = await self._pinned_message(record, resource_id, thread_id)
+            if pinned is not None:
                 messages.insert(0, self._as_langchain(resource_id, pinned))
         system = context_message(text) if text else None
-        return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record)
+        instructions, _tokens = self._instructions(record, thread_id)
+        return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record,
+                         instructions=list(instructions))
+
+    async def _pinned_message(self, record: OMRecord, resource_id: str, thread_id: str) -> StoredMessage | None:
+        """The newest human message of the thread when an observation took it (looked up by thread
+        and seq: a forked conversation may hold the same id in another thread of the resource)."""
+        pinned = record.metadata.get("pinned")
+        if isinstance(pinned, dict):
+            entry = pinned.get(thread_id)
+            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], int)):
+                return None
+            rows = await self.store.aget_messages(resource_id, thread_id, after_seq=entry[1] - 1,
+                                                  before_seq=entry[1] + 1)
+            return rows[0] if rows and rows[0].id == entry[0] else None
+        legacy = record.metadata.get("pinned_message_id")  # records written before pins carried a seq
+        if isinstance(legacy, str):
+            row = await self.store.aget_message(resource_id, legacy)
+            if row is not None and row.thread_id == thread_id:
+                return row
+        return None
+
+    def _instructions(self, record: OMRecord, thread_id: str) -> tuple[list[BaseMessage], int]:
+        """The caller's system messages for the thread and their tokens (parsed once per change)."""
+        entry = Instructions.stored(record.metadata, thread_id)
+        if entry is None:
+            return [], 0
+        stamp = tuple(entry.get("fingerprints") or ())
+        key = record_key(record.resource_id, thread_id)
+        cached = self._instruction_cache.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1], cached[2]
+        messages = Instructions.load(record.metadata, thread_id)
+        tokens = sum(self.counter.count_message(m) for m in messages)
+        _lru_put(self._instruction_cache, key, (stamp, messages, tokens), _THREAD_CACHE_LIMIT)
+        return messages, tokens
 
     def _render(self, record: OMRecord, sections: list[str]) -> str | None:
         """The system message text; rendered again only when the record or a section changed
@@ -1617,6 +1740,7 @@ class ObservationalMemory:
             step_number=step_number,
             generation_count=record.generation_count,
             tokenizer=self.counter.source,
+            instruction_tokens=self._instructions(record, thread_id)[1],
         )
 
     # ------------------------------------------------------------- events
@@ -1644,14 +1768,6 @@ class ObservationalMemory:
     @staticmethod
     def _pending_from_background(event: OMEvent) -> bool:
         return event.type.startswith("data-om-buffering-")
-
-
-def _pins_human(messages: Sequence[BaseMessage], cut: int) -> str | None:
-    """The newest human message's id if a cut at ``cut`` would observe it."""
-    human = last_human_index(messages)
-    if human is not None and human < cut:
-        return messages[human].id
-    return None
 
 
 def _provider_of(model_id: str | None) -> str | None:

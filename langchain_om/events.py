@@ -74,6 +74,9 @@ class StatusData(_Data):
     generation_count: int
     tokenizer: str | None = None
     """Which counter produced the numbers: ``tiktoken:o200k_base`` or ``estimator`` (an extension)."""
+    instruction_tokens: int = 0
+    """Tokens of the caller's own system messages, which lead every model call and are never
+    observed, so they count toward neither window (an extension)."""
 
 
 class ExtractionFailure(_Data):

@@ -133,7 +133,12 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return "ObservationalMemoryMiddleware"
 
     def _request(self, request: ModelRequest[Any], context: OMContext) -> ModelRequest[Any]:
-        system = merge_system_messages(request.system_message, context.system_message)
+        # the caller's system messages in state are instructions: they lead, in their order,
+        # after the agent's own prompt and ahead of OM's context
+        system = request.system_message
+        for instruction in context.instructions:
+            system = merge_system_messages(system, cast("SystemMessage", instruction))
+        system = merge_system_messages(system, context.system_message)
         return request.override(messages=cast("list[AnyMessage]", list(context.messages)), system_message=system)
 
     def _with_removals(

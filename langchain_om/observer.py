@@ -19,6 +19,7 @@ from typing import Any, Literal
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
@@ -313,6 +314,12 @@ def format_transcript(
         elif isinstance(message, HumanMessage):
             text = renderer.content_text(message.content)
             lines.append(f"{stamp} User: {_indent_continuation(text) or '(empty message)'}")
+        elif isinstance(message, ChatMessage) and message.role == "edit":
+            text = renderer.content_text(message.content)
+            kind = {"ai": "Assistant", "human": "User", "tool": "Tool"}.get(
+                str(message.additional_kwargs.get("om_edit_type")), "Earlier")
+            lines.append(f"{stamp} {kind} message edited (a correction of what was said earlier; "
+                         f"edited: {_indent_continuation(text) or '(empty)'})")
         elif isinstance(message, SystemMessage):
             text = renderer.content_text(message.content)
             if text.strip():

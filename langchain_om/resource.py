@@ -34,11 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import BaseMessage
-
 from .hooks import Trigger
-from .messages import last_human_index, safe_cut_at_or_after, safe_cut_at_or_before
+from .messages import safe_cut_at_or_after, safe_cut_at_or_before
 from .store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, total_tokens, utcnow
+from .turns import other_thread_cut, pin_message, pinned_row
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory, _CycleResult, _StepState
@@ -71,19 +70,15 @@ async def resource_thread_ids(om: ObservationalMemory, resource_id: str) -> list
         offset += _THREAD_PAGE
 
 
-def _pinned(messages: Sequence[BaseMessage], cut: int) -> str | None:
-    human = last_human_index(messages)
-    if human is not None and human < cut:
-        return messages[human].id
-    return None
-
-
 async def collect_unobserved(
     om: ObservationalMemory, step: _StepState, record: OMRecord, *, trigger: Trigger
-) -> tuple[list[Slice], str | None]:
-    """Per-thread slices to observe now (oldest activity first) and the pinned human id, if any."""
+) -> tuple[list[Slice], StoredMessage | None]:
+    """Per-thread slices to observe now (oldest activity first) and the pinned human row, if any.
+
+    Another thread's current turn (its newest human message and any tool round after it) is
+    never taken: that thread's next context must start with its own user's message."""
     slices: list[Slice] = []
-    pinned: str | None = None
+    pinned: StoredMessage | None = None
     thread_ids = await resource_thread_ids(om, step.resource_id)
     if step.thread_id not in thread_ids:
         thread_ids.append(step.thread_id)
@@ -95,9 +90,11 @@ async def collect_unobserved(
         lc = [om._as_langchain(step.resource_id, m) for m in window]
         if thread_id == step.thread_id and trigger != "manual":
             cut = om._sync_cut(lc, [m.tokens for m in window])
-            pinned = _pinned(lc, cut)
-        else:
+            pinned = pinned_row(lc, window, cut)
+        elif trigger == "manual":
             cut = safe_cut_at_or_before(lc, len(lc))
+        else:
+            cut = other_thread_cut(lc)
         while cut > 0 and cut < len(window) and window[cut - 1].kind == "temporal-marker":
             cut -= 1  # a time-gap marker stays with the message it introduces
         if cut > 0:
@@ -245,7 +242,7 @@ async def observe_resource(
         if hint_result is not None:
             om._apply_hints(updated, hint_result.current_task, hint_result.suggested_response, hint_result.extracted)
         if pinned is not None and step.thread_id in marks:
-            updated.metadata["pinned_message_id"] = pinned
+            pin_message(updated.metadata, pinned)
         updated.updated_at = utcnow()
         try:
             committed = await om.store.acommit_record(updated, expected_version=record.version, mark_observed=marks)

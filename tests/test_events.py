@@ -76,7 +76,7 @@ EXPECTED_KEYS: dict[str, set[str]] = {
                            "recordId", "threadId", "config"},
     "data-om-thread-update": {"cycleId", "threadId", "oldTitle", "newTitle", "timestamp"},
 }
-STATUS_EXTENSIONS = {"tokenizer"}  # documented extension: which token counter produced the numbers
+STATUS_EXTENSIONS = {"tokenizer", "instructionTokens"}  # documented extension: which token counter produced the numbers
 WINDOWS_KEYS = {"active", "buffered"}
 ACTIVE_KEYS = {"messages", "observations"}
 USAGE_KEYS = {"tokens", "threshold"}

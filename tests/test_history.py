@@ -119,8 +119,11 @@ def test_contract_sync() -> None:
         originals = every_kind()
         history.add_messages(originals)
         got = history.messages
-        assert [m.content for m in got[:3]] == ["hello", "hi there", "result"]
-        for original, back in zip(originals, got[3:], strict=True):
+        # a system message is an instruction: it leads the context instead of standing in the
+        # conversation where it was added (README, "What the model sees")
+        assert [m.content for m in got[:4]] == ["be helpful", "hello", "hi there", "result"]
+        assert same(originals[0], got[0])
+        for original, back in zip(originals[1:], got[4:], strict=True):
             assert same(original, back)
         history.clear()
         assert history.messages == []

@@ -59,7 +59,8 @@ class ThreadInfo(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-MessageKind = Literal["message", "temporal-marker"]
+MessageKind = Literal["message", "temporal-marker", "edit"]
+"""``edit``: a later version of an already observed message (see ``langchain_om.inputs``)."""
 
 
 class NewMessage(_Model):
@@ -297,6 +298,12 @@ class OMStore(Protocol):
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """One message by id, only if it belongs to ``resource_id``."""
+
+    async def areplace_message(
+        self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
+    ) -> bool:
+        """Give an *unobserved* message new content (an edit the model and the Observer have not
+        used yet). Returns False, changing nothing, when the message is missing or already observed."""
 
     async def acount_messages(self, resource_id: str, thread_id: str) -> int: ...
 

@@ -245,6 +245,20 @@ class InMemoryStore:
                 return None
             return min(matches, key=lambda m: (m.created_at, m.thread_id, m.seq)).model_copy(deep=True)
 
+    async def areplace_message(
+        self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
+    ) -> bool:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        message_id = check_id(message_id, "message_id")
+        new, _text = u.check_messages_json([NewMessage(id=message_id, data=data, tokens=tokens)])[0]
+        with self._lock:
+            rows = self._thread_messages(resource_id, thread_id)
+            for index, row in enumerate(rows):
+                if row.id == message_id and not row.observed and row.kind == "message":
+                    rows[index] = row.model_copy(update={"data": new.data, "tokens": new.tokens})
+                    return True
+            return False
+
     async def acount_messages(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         with self._lock:

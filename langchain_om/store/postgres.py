@@ -485,6 +485,22 @@ class PostgresStore:
             row = await cur.fetchone()
         return _message(row) if row is not None else None
 
+    async def areplace_message(
+        self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
+    ) -> bool:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        message_id = check_id(message_id, "message_id")
+        new = u.check_messages([NewMessage(id=message_id, data=data, tokens=tokens)])[0]
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "UPDATE {s}.messages SET data = %s, tokens = %s WHERE resource_id = %s AND thread_id = %s "
+                    "AND id = %s AND NOT observed AND kind = 'message'"
+                ),
+                (_jsonb(new.data, "data"), new.tokens, resource_id, thread_id, message_id),
+            )
+            return bool(cur.rowcount)
+
     async def acount_messages(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         async with self._tx() as cur:

@@ -521,6 +521,24 @@ class SQLiteStore:
 
         return await self._run(run)
 
+    async def areplace_message(
+        self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
+    ) -> bool:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        message_id = check_id(message_id, "message_id")
+        new, text = u.check_messages_json([NewMessage(id=message_id, data=data, tokens=tokens)])[0]
+
+        def run(conn: sqlite3.Connection) -> bool:
+            with _immediate(conn):
+                changed = conn.execute(
+                    "UPDATE messages SET data = ?, tokens = ? WHERE resource_id = ? AND thread_id = ? AND id = ? "
+                    "AND observed = 0 AND kind = 'message'",
+                    (text, new.tokens, resource_id, thread_id, message_id),
+                ).rowcount
+            return bool(changed)
+
+        return await self._run(run)
+
     async def acount_messages(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         return await self._run(
