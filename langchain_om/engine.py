@@ -220,6 +220,7 @@ class _StepInputs:
     instructions: list[BaseMessage] = field(default_factory=list)
     edited: list[BaseMessage] = field(default_factory=list)
     inserted: list[StoredMessage] = field(default_factory=list)
+    caller_list: list[BaseMessage] = field(default_factory=list)
 
 
 @dataclass
@@ -293,6 +294,7 @@ class ObservationalMemory:
         self._is_setup = False
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
         self._known_ids: dict[str, dict[str, KnownMessage]] = {}  # thread -> stored id -> fingerprint, seq
+        self._caller_lists: OrderedDict[str, list[BaseMessage]] = OrderedDict()  # thread -> caller's last list
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
@@ -364,11 +366,15 @@ class ObservationalMemory:
             known = known_from_rows(await self.store.aget_messages(resource_id, thread_id))
             self._known_ids[cache_key] = known
         cache = self._message_cache.setdefault(cache_key, OrderedDict())
-        sorted_inputs = sort_inputs(messages, known, cache)
+        # the caller's list of the last step is taken out until this step has stored and settled
+        # everything in it: a step that fails half-way makes the next one look at the whole list
+        caller_list = self._caller_lists.pop(cache_key, [])
+        sorted_inputs = sort_inputs(messages, known, cache, caller_list)
         fresh = sorted_inputs.fresh
         for instruction in sorted_inputs.instructions:
             ensure_id(instruction)
-        inputs = _StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited)
+        inputs = _StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited,
+                             caller_list=caller_list)
         if not fresh:
             return inputs
         rows: list[NewMessage] = []
@@ -416,7 +422,12 @@ class ObservationalMemory:
                      (stamp, list(inputs.instructions), tokens), _THREAD_CACHE_LIMIT)
         if inputs.edited:
             await self._apply_edits(step, record, inputs.edited)
+        self._settled(step.resource_id, step.thread_id, inputs)
         return record
+
+    def _settled(self, resource_id: str, thread_id: str, inputs: _StepInputs) -> None:
+        """Everything the caller passed is stored: its list is the baseline of the next step."""
+        _lru_put(self._caller_lists, record_key(resource_id, thread_id), inputs.caller_list, _THREAD_CACHE_LIMIT)
 
     async def _apply_edits(self, step: _StepState, record: OMRecord, edited: Sequence[BaseMessage]) -> None:
         """An unobserved message takes its new content in place; an observed one gets an ``edit``
@@ -463,6 +474,7 @@ class ObservationalMemory:
         while len(self._recent_threads) > _THREAD_CACHE_LIMIT:
             old, _ = self._recent_threads.popitem(last=False)
             self._known_ids.pop(old, None)
+            self._caller_lists.pop(old, None)
             self._message_cache.pop(old, None)
             self._windows.pop(old, None)
 
@@ -1037,6 +1049,7 @@ class ObservationalMemory:
         step = _StepState(resource, thread_id, key, self._clock(), [], None, None)
         idle_buffering = self.config.buffering_enabled and self.config.observation.buffer_on_idle
         if not (idle_buffering or inputs.instructions or inputs.edited):
+            self._settled(resource, thread_id, inputs)
             return
         async with self._lock(key):
             record = await self._load_record(resource, thread_id)
@@ -1565,6 +1578,7 @@ class ObservationalMemory:
                 await self._forget_thread_watermark(resource, thread_id)
             cache_key = record_key(resource, thread_id)
             self._known_ids.pop(cache_key, None)
+            self._caller_lists.pop(cache_key, None)
             self._message_cache.pop(cache_key, None)
             self._windows.pop(cache_key, None)
             self._records.pop(key, None)

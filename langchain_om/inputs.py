@@ -11,9 +11,11 @@
   stored as a new ``edit`` row (the raw history keeps both versions) which the Observer reads
   as a correction of the earlier message in its next cycle.
 
-Detecting an edit costs nothing for a message object OM has already seen (an identity check);
-other known messages are fingerprinted once (a crc32 of their content), so a step stays
-O(new or changed messages) plus a pointer comparison per message the caller passes.
+Detecting an edit costs nothing for the messages the caller passed last step as the same
+objects (one list comparison in C, on pointers); only a list that changed otherwise (an edit, a
+removal, objects deserialised again from a checkpoint) is walked in Python, fingerprinting the
+known messages OM has not seen as objects yet (a crc32 of their content). A step stays O(new or
+changed messages) in Python work, and never reads the stored history.
 """
 
 from __future__ import annotations
@@ -84,18 +86,36 @@ class SortedInputs:
 
 
 def sort_inputs(
-    messages: Sequence[BaseMessage], known: Mapping[str, KnownMessage], seen: MutableMapping[str, BaseMessage]
+    messages: Sequence[BaseMessage],
+    known: Mapping[str, KnownMessage],
+    seen: MutableMapping[str, BaseMessage],
+    previous: list[BaseMessage] | None = None,
 ) -> SortedInputs:
     """Split the caller's messages into instructions, new messages and edits of known ones.
 
     New messages are those after the newest known one (as before: an unknown message older
     than a known one is a message the caller dropped and brought back, not a new turn).
     ``seen`` maps ids to the message objects OM last saw; an identical object is unchanged.
+
+    ``previous`` is a copy of the caller's list at the last step (updated in place). When the
+    caller's list still starts with exactly those messages, only the tail is looked at: the
+    comparison runs in C on pointers, so a caller that hands over a long history every step
+    pays microseconds, not a pass over its history in Python.
     """
     out = SortedInputs()
+    listed = messages if type(messages) is list else list(messages)
+    start = 0
+    if previous is not None:
+        known_len = len(previous)
+        if known_len and len(listed) >= known_len:
+            previous.extend(listed[known_len:])
+            if listed == previous:  # identity first, per element: unchanged objects cost a pointer compare
+                start = known_len
+        if start == 0:
+            previous[:] = listed
     last_known = -1
     conversation: list[BaseMessage] = []
-    for message in messages:
+    for message in listed[start:] if start else listed:
         if not isinstance(message, BaseMessage):
             raise TypeError(f"messages: expected LangChain BaseMessage objects, got {type(message).__name__}")
         if message.type == "remove":
@@ -107,8 +127,8 @@ def sort_inputs(
         mid = message.id
         if mid and mid in known:
             last_known = len(conversation)
-            previous = seen.get(mid)
-            if previous is not message and (previous is None or previous.content is not message.content):
+            before = seen.get(mid)
+            if before is not message and (before is None or before.content is not message.content):
                 if message_fingerprint(message) != known[mid].fingerprint:
                     out.edited.append(message)
                 else:

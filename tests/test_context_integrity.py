@@ -20,11 +20,13 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from pydantic import Field
 
 from langchain_om import ObservationalMemory
 from langchain_om.graph import add_observational_memory
 from langchain_om.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.base import OMStore
+from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 from langchain_om.tokens import get_token_counter
 
@@ -34,7 +36,7 @@ BIG_RESULT = "RESULT-START " + " ".join(f"row{i}=value{i}" for i in range(250)) 
 class RecordingObserver(ScriptedObserverModel):
     """The scripted Observer, keeping the transcript text of every call it gets."""
 
-    seen: list[str] = []
+    seen: list[str] = Field(default_factory=list)
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
         self.seen.append("\n".join(str(m.content) for m in messages))
@@ -95,7 +97,8 @@ async def test_middleware_model_reads_a_big_tool_result_verbatim(store: OMStore,
 
 async def test_recall_results_reach_the_model(store: OMStore) -> None:
     om = make_om(store, retrieval=True)
-    model = ScriptedAgentModel(tool_calls_on={i: ("recall", {"mode": "messages", "limit": 30}) for i in range(4, 40, 2)})
+    asks = {i: ("recall", {"mode": "messages", "limit": 30}) for i in range(4, 40, 2)}
+    model = ScriptedAgentModel(tool_calls_on=asks)
     agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
     config: RunnableConfig = {"configurable": {"thread_id": "t-recall", "resource_id": "alice"}}
     for i in range(10):
@@ -164,7 +167,6 @@ async def test_process_keeps_a_long_tool_loop_readable(store: OMStore) -> None:
 
 async def test_system_messages_are_instructions_not_conversation(store: OMStore) -> None:
     observer = RecordingObserver()
-    observer.seen = []
     om = make_om(store, observer=observer, observation={"message_tokens": 300, "buffer_tokens": False})
     persona = SystemMessage("You are Captain Pirate. Always answer like a pirate. " + "arr " * 200, id="persona")
     history: list[BaseMessage] = [persona]
@@ -258,7 +260,6 @@ async def test_pinned_human_found_by_thread_when_another_thread_has_its_id(store
 
 async def test_edit_of_an_unobserved_message_replaces_it(store: OMStore) -> None:
     observer = RecordingObserver()
-    observer.seen = []
     om = make_om(store, observer=observer, observation={"message_tokens": 300, "buffer_tokens": False})
     history: list[BaseMessage] = [HumanMessage("My budget is 100 dollars.", id="h-budget"),
                                   AIMessage("Noted.", id="a-budget")]
@@ -266,7 +267,7 @@ async def test_edit_of_an_unobserved_message_replaces_it(store: OMStore) -> None
     history[0] = HumanMessage("My budget is 900 dollars.", id="h-budget")  # add_messages replaces by id
     history.append(HumanMessage("What can I buy?", id="h-q"))
     ctx = await om.aprocess("t-edit", history, resource_id="alice")
-    assert [str(m.content) for m in ctx.messages][0] == "My budget is 900 dollars."
+    assert str(ctx.messages[0].content) == "My budget is 900 dollars."
     for i in range(6):
         history.append(AIMessage(f"Reply {i} " + "words " * 50, id=f"a{i}"))
         history.append(HumanMessage(f"Turn {i} " + "more " * 50, id=f"h{i}"))
@@ -311,7 +312,6 @@ async def test_middleware_state_system_message_leads_every_call(store: OMStore) 
 
 async def test_edit_of_an_observed_message_is_a_correction(store: OMStore) -> None:
     observer = RecordingObserver()
-    observer.seen = []
     om = make_om(store, observer=observer, observation={"message_tokens": 300, "buffer_tokens": False})
     history: list[BaseMessage] = [HumanMessage("My passport number is X123. " + "pad " * 60, id="h-pass"),
                                   AIMessage("Saved. " + "ok " * 60, id="a-pass")]
@@ -373,3 +373,30 @@ def test_tool_result_counts_at_full_size_and_images_as_images() -> None:
     assert noisy_text > 100 * plain_text / 10, "precondition: the noisy image is much longer as text"
     assert plain == noisy_tokens, "an image's tokens depend on its size in pixels, not its bytes"
     assert noisy_tokens < noisy_text / 100
+
+
+class FlakyAppendStore(InMemoryStore):
+    """Fails the next append once when ``fail_next`` is set."""
+
+    fail_next = False
+
+    async def aappend_messages(self, resource_id: str, thread_id: str, messages: Any) -> Any:
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("disk full")
+        return await super().aappend_messages(resource_id, thread_id, messages)
+
+
+async def test_a_failed_step_does_not_hide_its_messages_from_the_next() -> None:
+    """The same list handed over again after a failed step: its new messages are still stored."""
+    store = FlakyAppendStore()
+    om = make_om(store)
+    history: list[BaseMessage] = [HumanMessage("first", id="h1"), AIMessage("ok", id="a1")]
+    await om.aprocess("t-flaky", history, resource_id="alice")
+    history.append(HumanMessage("second", id="h2"))
+    store.fail_next = True
+    with pytest.raises(RuntimeError, match="disk full"):
+        await om.aprocess("t-flaky", history, resource_id="alice")
+    ctx = await om.aprocess("t-flaky", history, resource_id="alice")
+    assert [m.id for m in ctx.messages] == ["h1", "a1", "h2"]
+    assert [m.id for m in await store.aget_messages("alice", "t-flaky")] == ["h1", "a1", "h2"]

@@ -26,6 +26,9 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     steps = int(re.search(r"agent steps: (\d+)", text).group(1))  # type: ignore[union-attr]
     assert steps > 60, "60 user turns plus the recall tool round trips"
     assert f"data-om-status': {steps}" in text, "one status event per agent step"
+    read = re.search(r"recall results read by the model: (\d+) of (\d+)", text)
+    assert read is not None and int(read.group(2)) >= 5, "the agent asked for recall several times"
+    assert read.group(1) == read.group(2), "a recall result was observed before the model read it"
     images = [out for out in outputs if "image/png" in out.get("data", {})]
     assert len(images) == 1, "the windows plot was drawn inline"
 
