@@ -363,7 +363,11 @@ class ObservationalMemory:
         self._touch_thread(cache_key)
         known = self._known_ids.get(cache_key)
         if known is None:
-            known = known_from_rows(await self.store.aget_messages(resource_id, thread_id))
+            # a process's first step on the thread: look up only the ids the caller passes (the
+            # store skips an id it holds, so a message another worker stored is never doubled)
+            ids = [m.id for m in messages if isinstance(m, BaseMessage) and m.id]
+            found = await self.store.aget_messages_by_ids(resource_id, thread_id, ids) if ids else []
+            known = known_from_rows(sorted(found, key=lambda row: row.seq))
             self._known_ids[cache_key] = known
         cache = self._message_cache.setdefault(cache_key, OrderedDict())
         # the caller's list of the last step is taken out until this step has stored and settled

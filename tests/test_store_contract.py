@@ -284,6 +284,53 @@ async def test_mark_observed_commits_with_record(store: OMStore) -> None:
     assert rows[0].observed_at == first_observed_at, "already-observed messages keep their timestamp"
 
 
+async def test_get_messages_by_ids_is_scoped_to_the_thread(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 5))
+    await store.aappend_messages(R1, "t2", msgs("m", 2))
+    await store.aappend_messages(R2, "t9", msgs("m", 3))
+    found = await store.aget_messages_by_ids(R1, "t1", ["m2", "m4", "nope", "m2"])
+    assert sorted((m.id, m.thread_id, m.seq) for m in found) == [("m2", "t1", 2), ("m4", "t1", 4)]
+    assert await store.aget_messages_by_ids(R2, "t1", ["m1"]) == [], "another resource's thread reads as empty"
+    assert await store.aget_messages_by_ids(R1, "t1", []) == []
+    many = await store.aget_messages_by_ids(R1, "t1", [f"m{i}" for i in range(1, 1500)])
+    assert len(many) == 5
+
+
+async def test_replace_message_only_while_unobserved(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 4))
+    await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 2})
+    new = {"type": "human", "data": {"content": "edited"}}
+    assert await store.areplace_message(R1, "t1", "m3", new, 9)
+    assert not await store.areplace_message(R1, "t1", "m1", new, 9), "an observed message keeps its text"
+    assert not await store.areplace_message(R2, "t1", "m4", new, 9), "another resource cannot edit it"
+    assert not await store.areplace_message(R1, "t1", "missing", new, 9)
+    rows = {m.id: m for m in await store.aget_messages(R1, "t1")}
+    assert rows["m3"].data == new and rows["m3"].tokens == 9 and rows["m3"].seq == 3
+    assert rows["m1"].data["data"]["content"] == "content of m1"
+    assert rows["m4"].data["data"]["content"] == "content of m4"
+
+
+async def test_mark_observed_touches_only_unobserved_rows(store: OMStore) -> None:
+    await store.aappend_messages(R1, "t1", msgs("m", 6))
+    first = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 3})
+    before = {m.id: m.observed_at for m in await store.aget_messages(R1, "t1")}
+    await store.acommit_record(first, expected_version=first.version, mark_observed={"t1": 5})
+    after = {m.id: (m.observed, m.observed_at) for m in await store.aget_messages(R1, "t1")}
+    assert all(after[f"m{i}"] == (True, before[f"m{i}"]) for i in (1, 2, 3)), "observed rows were rewritten"
+    assert after["m4"][0] and after["m5"][0] and not after["m6"][0]
+
+
+def test_sqlite_marks_observed_through_the_unobserved_index(tmp_path: Path) -> None:
+    """A commit walks the partial index of unobserved rows, not the thread's history."""
+    from langchain_om.store.sqlite import MARK_OBSERVED_SQL, MIGRATIONS
+
+    conn = sqlite3.connect(tmp_path / "plan.db")
+    for version in sorted(MIGRATIONS):
+        conn.executescript(MIGRATIONS[version])
+    plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + MARK_OBSERVED_SQL, ("x", "t", 5, "r")))
+    assert "messages_unobserved" in plan
+
+
 async def test_thread_named_like_the_resource_record_is_refused(store: OMStore) -> None:
     """A thread "*" would share its record key with the resource-scope record, so deleting that
     thread would delete the resource's whole observation log; every entry point refuses the id."""

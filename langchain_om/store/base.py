@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
@@ -298,6 +298,14 @@ class OMStore(Protocol):
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """One message by id, only if it belongs to ``resource_id``."""
+
+    async def aget_messages_by_ids(
+        self, resource_id: str, thread_id: str, message_ids: Sequence[str]
+    ) -> list[StoredMessage]:
+        """The thread's messages among ``message_ids`` (any order; unknown ids are left out).
+
+        A process's first step on a thread looks up only the ids its caller passes, never the
+        whole history."""
 
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int

@@ -43,6 +43,7 @@ class InMemoryStore:
         self._thread_order: dict[str, int] = {}
         self._messages: dict[str, list[StoredMessage]] = {}
         self._message_ids: dict[str, set[str]] = {}  # per thread, so an append need not scan the thread
+        self._observed_prefix: dict[str, int] = {}  # per thread: how many leading rows are observed
         self._records: dict[str, str] = {}
         self._stamps: dict[str, RecordStamp] = {}  # (version, updated_at) of each record, beside its body
         self._kv: dict[tuple[str, str, str], str] = {}
@@ -158,6 +159,7 @@ class InMemoryStore:
             self._thread_order.pop(thread_id, None)
             self._messages.pop(thread_id, None)
             self._message_ids.pop(thread_id, None)
+            self._observed_prefix.pop(thread_id, None)
             self._records.pop(record_key(resource_id, thread_id), None)
             self._stamps.pop(record_key(resource_id, thread_id), None)
 
@@ -245,6 +247,14 @@ class InMemoryStore:
                 return None
             return min(matches, key=lambda m: (m.created_at, m.thread_id, m.seq)).model_copy(deep=True)
 
+    async def aget_messages_by_ids(
+        self, resource_id: str, thread_id: str, message_ids: Sequence[str]
+    ) -> list[StoredMessage]:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = {check_id(mid, "message_ids") for mid in message_ids}
+        with self._lock:
+            return [m.model_copy(deep=True) for m in self._thread_messages(resource_id, thread_id) if m.id in wanted]
+
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
@@ -305,11 +315,16 @@ class InMemoryStore:
             stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
             body = u.record_json(stored)
             for thread_id, seq in marks.items():
-                for index, message in enumerate(self._thread_messages(record.resource_id, thread_id)):
-                    if message.seq <= seq and not message.observed:
-                        self._messages[thread_id][index] = message.model_copy(
-                            update={"observed": True, "observed_at": now}
-                        )
+                # observed rows are always a prefix (a mark takes every row up to a seq), so the
+                # walk starts at the first unobserved row and touches only the rows it changes
+                rows = self._thread_messages(record.resource_id, thread_id)
+                index = self._observed_prefix.get(thread_id, 0)
+                while index < len(rows) and rows[index].seq <= seq:
+                    if not rows[index].observed:
+                        rows[index] = rows[index].model_copy(update={"observed": True, "observed_at": now})
+                    index += 1
+                if rows:
+                    self._observed_prefix[thread_id] = index
             self._records[key] = body
             self._stamps[key] = (expected + 1, now)
         return u.record_from_json(body)

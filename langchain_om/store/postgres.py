@@ -89,7 +89,11 @@ _SCHEMA_V1 = [
 ]
 
 # MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction).
-MIGRATIONS: dict[int, list[str]] = {1: _SCHEMA_V1}
+# v2: a partial index of the unobserved rows, so marking a range observed touches only those rows
+_UNOBSERVED_INDEX_V2 = [
+    "CREATE INDEX IF NOT EXISTS messages_unobserved ON {s}.messages (thread_id, seq) WHERE NOT observed",
+]
+MIGRATIONS: dict[int, list[str]] = {1: _SCHEMA_V1, 2: _UNOBSERVED_INDEX_V2}
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -484,6 +488,21 @@ class PostgresStore:
             )
             row = await cur.fetchone()
         return _message(row) if row is not None else None
+
+    async def aget_messages_by_ids(
+        self, resource_id: str, thread_id: str, message_ids: Sequence[str]
+    ) -> list[StoredMessage]:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = list(dict.fromkeys(check_id(mid, "message_ids") for mid in message_ids))
+        if not wanted:
+            return []
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages WHERE resource_id = %s AND thread_id = %s "
+                        "AND id = ANY(%s)"),
+                (resource_id, thread_id, wanted),
+            )
+            return [_message(row) for row in await cur.fetchall()]
 
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int

@@ -95,12 +95,22 @@ CREATE TABLE IF NOT EXISTS kv (
 """
 
 # MIGRATIONS[n] takes a database at version n - 1 to version n (statements run in one transaction).
-MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+# v2: the unobserved rows of a thread have their own (partial) index, so marking a range observed
+# touches only the rows it changes instead of scanning the thread's whole history
+_UNOBSERVED_INDEX_V2 = """
+CREATE INDEX IF NOT EXISTS messages_unobserved ON messages (thread_id, seq) WHERE observed = 0;
+"""
+MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _UNOBSERVED_INDEX_V2}
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 
 
+MARK_OBSERVED_SQL = (
+    "UPDATE messages INDEXED BY messages_unobserved SET observed = 1, observed_at = ? "
+    "WHERE thread_id = ? AND observed = 0 AND seq <= ? AND resource_id = ?"
+)
+_ID_CHUNK = 500  # ids per IN (...) list: well under SQLite's 32,766 bound variables
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (named in sqlite3 only from Python 3.11)
 
 
@@ -521,6 +531,24 @@ class SQLiteStore:
 
         return await self._run(run)
 
+    async def aget_messages_by_ids(
+        self, resource_id: str, thread_id: str, message_ids: Sequence[str]
+    ) -> list[StoredMessage]:
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = list(dict.fromkeys(check_id(mid, "message_ids") for mid in message_ids))
+
+        def run(conn: sqlite3.Connection) -> list[StoredMessage]:
+            rows: list[StoredMessage] = []
+            for start in range(0, len(wanted), _ID_CHUNK):
+                chunk = wanted[start:start + _ID_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                rows.extend(_message(row) for row in conn.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE resource_id = ? AND thread_id = ? "
+                    f"AND id IN ({marks})", [resource_id, thread_id, *chunk]))
+            return rows
+
+        return await self._run(run) if wanted else []
+
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
@@ -615,11 +643,7 @@ class SQLiteStore:
                     (key, record.resource_id, thread_part, record.scope, expected + 1, body, u.iso(now)),
                 )
                 for thread_id, seq in marks.items():
-                    conn.execute(
-                        "UPDATE messages SET observed = 1, observed_at = ? "
-                        "WHERE resource_id = ? AND thread_id = ? AND seq <= ? AND observed = 0",
-                        (u.iso(now), record.resource_id, thread_id, seq),
-                    )
+                    conn.execute(MARK_OBSERVED_SQL, (u.iso(now), thread_id, seq, record.resource_id))
                 return u.record_from_json(body)
 
         return await self._run(run)
