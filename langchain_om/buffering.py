@@ -105,6 +105,9 @@ class BackgroundTasks:
         task = self._tasks.get((key, kind))
         return task is not None and not task.done()
 
+    def running_any(self, key: str) -> bool:
+        return any(self.running(key, kind) for kind in ("observe", "reflect"))
+
     def start(self, key: str, kind: str, coro: Coroutine[Any, Any, Any]) -> bool:
         if self.running(key, kind):
             coro.close()
@@ -115,6 +118,9 @@ class BackgroundTasks:
         return True
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
+        for slot, current in list(self._tasks.items()):
+            if current is task:
+                del self._tasks[slot]  # finished tasks are not kept: one entry per running task
         if task.cancelled():
             return
         exc = task.exception()

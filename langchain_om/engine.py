@@ -113,6 +113,7 @@ _MESSAGE_CACHE_PER_THREAD = 2048
 # threads, so a long-lived server with many conversations does not grow without bound.
 _THREAD_CACHE_LIMIT = 512
 _MAX_COMMIT_RETRIES = 5
+_PENDING_EVENTS_LIMIT = 200
 # record.metadata flags set when background work failed: the next threshold crossing then runs the
 # synchronous cycle at once instead of waiting for block_after (the page's fallback)
 _OBSERVATION_FAILED = "buffering_failed"
@@ -301,7 +302,11 @@ class ObservationalMemory:
         self._rendered: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # record key -> (stamp, text)
         # thread -> (fingerprints, the caller's system messages, their tokens)
         self._instruction_cache: OrderedDict[str, tuple[Any, list[BaseMessage], int]] = OrderedDict()
+        self.cache_limit = _THREAD_CACHE_LIMIT
+        """How many threads (and records) keep in-process state; the least recently used beyond it
+        are forgotten and start their next step cold (README, "In-process caches")."""
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
+        self._recent_records: OrderedDict[str, None] = OrderedDict()
         self._reflection_failed_at: dict[str, int] = {}  # record key -> log tokens at a failed sync reflection
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._step_numbers: dict[str, int] = {}
@@ -423,7 +428,7 @@ class ObservationalMemory:
             tokens = sum(self.counter.count_message(m) for m in inputs.instructions)
             stamp = tuple(Instructions.fingerprints(inputs.instructions))
             _lru_put(self._instruction_cache, record_key(step.resource_id, step.thread_id),
-                     (stamp, list(inputs.instructions), tokens), _THREAD_CACHE_LIMIT)
+                     (stamp, list(inputs.instructions), tokens), self.cache_limit)
         if inputs.edited:
             await self._apply_edits(step, record, inputs.edited)
         self._settled(step.resource_id, step.thread_id, inputs)
@@ -431,7 +436,7 @@ class ObservationalMemory:
 
     def _settled(self, resource_id: str, thread_id: str, inputs: _StepInputs) -> None:
         """Everything the caller passed is stored: its list is the baseline of the next step."""
-        _lru_put(self._caller_lists, record_key(resource_id, thread_id), inputs.caller_list, _THREAD_CACHE_LIMIT)
+        _lru_put(self._caller_lists, record_key(resource_id, thread_id), inputs.caller_list, self.cache_limit)
 
     async def _apply_edits(self, step: _StepState, record: OMRecord, edited: Sequence[BaseMessage]) -> None:
         """An unobserved message takes its new content in place; an observed one gets an ``edit``
@@ -475,12 +480,34 @@ class ObservationalMemory:
         """Mark a thread as recently used; drop the caches of the least recently used beyond the limit."""
         self._recent_threads[cache_key] = None
         self._recent_threads.move_to_end(cache_key)
-        while len(self._recent_threads) > _THREAD_CACHE_LIMIT:
+        while len(self._recent_threads) > self.cache_limit:
             old, _ = self._recent_threads.popitem(last=False)
             self._known_ids.pop(old, None)
             self._caller_lists.pop(old, None)
             self._message_cache.pop(old, None)
             self._windows.pop(old, None)
+
+    def _touch_record(self, key: str) -> None:
+        """Mark a record as recently used; forget the per-record state of the least recently used
+        beyond the limit: step numbers, undelivered background events, failure marks, cached
+        record and rendered log, and its locks when no one holds or waits for them."""
+        self._recent_records[key] = None
+        self._recent_records.move_to_end(key)
+        excess = len(self._recent_records) - self.cache_limit
+        if excess <= 0:
+            return
+        # oldest first; a record with background work running stays until a later step
+        idle = [k for k in self._recent_records if k != key and not self._tasks.running_any(k)][:excess]
+        for old in idle:
+            del self._recent_records[old]
+            self._step_numbers.pop(old, None)
+            self._pending_events.pop(old, None)
+            self._reflection_failed_at.pop(old, None)
+            self._records.pop(old, None)
+            self._rendered.pop(old, None)
+            for lock_key in [k for k in self._locks if k[1] == old]:
+                if _idle(self._locks[lock_key]):
+                    del self._locks[lock_key]
 
     async def _before_store(self, resource_id: str, thread_id: str, rows: list[NewMessage]) -> list[NewMessage]:
         """Extension point before rows are written (temporal markers insert rows here)."""
@@ -498,7 +525,10 @@ class ObservationalMemory:
         if not message.id:
             message.id = stored.id
         if cache is None:
-            cache = self._message_cache.setdefault(record_key(resource_id, stored.thread_id), OrderedDict())
+            key = record_key(resource_id, stored.thread_id)
+            if key not in self._recent_threads:
+                return message  # a thread this process no longer keeps (e.g. a late background cycle)
+            cache = self._message_cache.setdefault(key, OrderedDict())
         _lru_put(cache, stored.id, message, _MESSAGE_CACHE_PER_THREAD)  # parse each stored row once
         return message
 
@@ -545,7 +575,7 @@ class ObservationalMemory:
             return existing
 
     def _remember_record(self, key: str, record: OMRecord) -> None:
-        _lru_put(self._records, key, record, _THREAD_CACHE_LIMIT)
+        _lru_put(self._records, key, record, self.cache_limit)
 
     async def _window(self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True) -> Window:
         """Unobserved messages of the thread, oldest first, with their token total.
@@ -601,6 +631,7 @@ class ObservationalMemory:
             await self.store.aensure_thread(resource, thread_id)
         inputs = await self._persist(resource, thread_id, messages, moment)
         key = record_key(resource, self._record_thread(thread_id))
+        self._touch_record(key)
         step = _StepState(resource, thread_id, key, moment, [], current_model, config)
         aborted: str | None = None
         async with self._lock(key):
@@ -1050,6 +1081,7 @@ class ObservationalMemory:
             await self.store.aensure_thread(resource, thread_id)
         inputs = await self._persist(resource, thread_id, messages, self._clock())
         key = record_key(resource, self._record_thread(thread_id))
+        self._touch_record(key)
         step = _StepState(resource, thread_id, key, self._clock(), [], None, None)
         idle_buffering = self.config.buffering_enabled and self.config.observation.buffer_on_idle
         if not (idle_buffering or inputs.instructions or inputs.edited):
@@ -1068,8 +1100,12 @@ class ObservationalMemory:
 
     def _background_emit(self, key: str) -> Callable[[OMEvent], None]:
         def push(event: OMEvent) -> None:
-            self._pending_events.setdefault(key, []).append(event)
             self._debug(event)
+            if key not in self._recent_records:
+                return  # a record this process no longer keeps: its next step starts afresh
+            pending = self._pending_events.setdefault(key, [])
+            pending.append(event)
+            del pending[:-_PENDING_EVENTS_LIMIT]  # a thread nobody steps keeps only its newest events
 
         return push
 
@@ -1702,7 +1738,7 @@ class ObservationalMemory:
             return cached[1], cached[2]
         messages = Instructions.load(record.metadata, thread_id)
         tokens = sum(self.counter.count_message(m) for m in messages)
-        _lru_put(self._instruction_cache, key, (stamp, messages, tokens), _THREAD_CACHE_LIMIT)
+        _lru_put(self._instruction_cache, key, (stamp, messages, tokens), self.cache_limit)
         return messages, tokens
 
     def _render(self, record: OMRecord, sections: list[str]) -> str | None:
@@ -1721,7 +1757,7 @@ class ObservationalMemory:
             thread_labels=labels,
             show_thread=self.config.scope == "resource",
         )
-        _lru_put(self._rendered, record.key, (stamp, text), _THREAD_CACHE_LIMIT)
+        _lru_put(self._rendered, record.key, (stamp, text), self.cache_limit)
         return text
 
     def _status(self, record: OMRecord, window: Window, thread_id: str, step_number: int) -> StatusData:
@@ -1786,6 +1822,11 @@ class ObservationalMemory:
     @staticmethod
     def _pending_from_background(event: OMEvent) -> bool:
         return event.type.startswith("data-om-buffering-")
+
+
+def _idle(lock: asyncio.Lock) -> bool:
+    """Nobody holds the lock and nobody waits for it (so a new one may stand in for it)."""
+    return not lock.locked() and not getattr(lock, "_waiters", None)
 
 
 def _provider_of(model_id: str | None) -> str | None:
