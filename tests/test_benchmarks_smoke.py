@@ -181,3 +181,16 @@ def test_agent_step_runs_every_strategy_through_create_agent() -> None:
         assert c["floor_ms"] == floor_ms
         assert c["lowest_possible_ratio"] == pytest.approx(floor_ms / c["summarization_ms"])
     assert "minus model time" in agent_step.report(payload)
+
+
+def test_scale_section_runs_and_reports_every_figure(tmp_path: Path) -> None:
+    from benchmarks import scale
+
+    args = _ns(scale, sizes=[200, 400], steps=3, stores=["sqlite"], rounds=0)
+    payload = scale.run(args)
+    per_size = payload["stores"]["sqlite"]
+    assert set(per_size) == {"200", "400"}
+    for figures in per_size.values():
+        assert figures["cold_ms"] > 0 and figures["rss_mib"] > 0 and figures["warm_p50_ms"] > 0
+        assert figures["commit_steps"] >= 1 and figures["commit_p50_ms"] > 0
+    assert "cold / commit" in scale.report(payload)

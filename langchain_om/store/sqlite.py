@@ -542,9 +542,11 @@ class SQLiteStore:
             for start in range(0, len(wanted), _ID_CHUNK):
                 chunk = wanted[start:start + _ID_CHUNK]
                 marks = ", ".join("?" * len(chunk))
+                # the unique (thread_id, id) index answers it; '+resource_id' keeps the planner off
+                # the (resource_id, thread_id, seq) index, which would walk the thread's history
                 rows.extend(_message(row) for row in conn.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE resource_id = ? AND thread_id = ? "
-                    f"AND id IN ({marks})", [resource_id, thread_id, *chunk]))
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND id IN ({marks}) "
+                    "AND +resource_id = ?", [thread_id, *chunk, resource_id]))
             return rows
 
         return await self._run(run) if wanted else []
@@ -559,9 +561,9 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> bool:
             with _immediate(conn):
                 changed = conn.execute(
-                    "UPDATE messages SET data = ?, tokens = ? WHERE resource_id = ? AND thread_id = ? AND id = ? "
+                    "UPDATE messages SET data = ?, tokens = ? WHERE thread_id = ? AND id = ? AND +resource_id = ? "
                     "AND observed = 0 AND kind = 'message'",
-                    (text, new.tokens, resource_id, thread_id, message_id),
+                    (text, new.tokens, thread_id, message_id, resource_id),
                 ).rowcount
             return bool(changed)
 
