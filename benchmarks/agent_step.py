@@ -196,17 +196,17 @@ def payload_from(cases: list[dict[str, Any]], sizes: list[int], steps: int) -> d
                 rival = by.get((other, saver, mid))
                 if rival is None or other in OM_VARIANTS:
                     continue
-                value = ratio(om["step_ms"]["mean"], rival["step_ms"]["mean"])
-                ratios[f"{variant} / {other} ({saver}) at {mid}"] = value
-                # medians too: with few steps one collector pause moves a mean; the target stays on means
-                ratios[f"{variant} / {other} ({saver}) at {mid}, p50"] = ratio(om["step_ms"]["p50"],
-                                                                               rival["step_ms"]["p50"])
+                # verdicts on medians: one collector pause moves a mean of a few dozen steps
+                value = ratio(om["step_ms"]["p50"], rival["step_ms"]["p50"])
+                ratios[f"{variant} / {other} ({saver}) at {mid}, p50"] = value
+                ratios[f"{variant} / {other} ({saver}) at {mid}, mean"] = ratio(om["step_ms"]["mean"],
+                                                                                rival["step_ms"]["mean"])
                 if other in SUMMARY_CONFIGS:
-                    floor_ms = floor["step_ms"]["mean"] if floor else None
+                    floor_ms = floor["step_ms"]["p50"] if floor else None
                     comparisons.append({"om": variant, "saver": saver, "summarization": other, "ratio": value,
-                                        "om_ms": om["step_ms"]["mean"], "summarization_ms": rival["step_ms"]["mean"],
+                                        "om_ms": om["step_ms"]["p50"], "summarization_ms": rival["step_ms"]["p50"],
                                         "floor_ms": floor_ms,
-                                        "lowest_possible_ratio": ratio(floor_ms, rival["step_ms"]["mean"])
+                                        "lowest_possible_ratio": ratio(floor_ms, rival["step_ms"]["p50"])
                                         if floor_ms is not None else None,
                                         "met": value is not None and value <= TARGET})
     return {"params": {"sizes": sizes, "steps": steps}, "cases": cases, "ratios": ratios,
@@ -229,8 +229,8 @@ def report(payload: dict[str, Any]) -> str:
     target = payload["target"]
     for c in target["comparisons"]:
         verdict = "met" if c["met"] else "MISSED"
-        out += (f"\n  target {c['om']} <= {TARGET:g} x {c['summarization']} ({c['saver']}): {c['om_ms']:.2f} ms vs "
-                f"{c['summarization_ms']:.2f} ms = {c['ratio']:.3f} -> {verdict}")
+        out += (f"\n  target (p50) {c['om']} <= {TARGET:g} x {c['summarization']} ({c['saver']}): "
+                f"{c['om_ms']:.2f} ms vs {c['summarization_ms']:.2f} ms = {c['ratio']:.3f} -> {verdict}")
         lowest = c.get("lowest_possible_ratio")
         if lowest is not None:
             out += (f"; LangGraph's own step ({FLOOR}, {c['floor_ms']:.2f} ms) alone is {lowest:.3f} of it"
@@ -241,7 +241,7 @@ def report(payload: dict[str, Any]) -> str:
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--agent-sizes", dest="agent_sizes", type=lambda v: [int(x) for x in v.split(",")],
                         default=[1000, 10_000] if quick else [1000, 10_000, 50_000])
-    parser.add_argument("--agent-steps", dest="agent_steps", type=int, default=3 if quick else 10)
+    parser.add_argument("--agent-steps", dest="agent_steps", type=int, default=3 if quick else 30)
     parser.add_argument("--savers", type=lambda v: v.split(","), default=["sqlite", "memory"])
     parser.add_argument("--strategies", type=lambda v: v.split(","), default=list(STRATEGIES))
 
