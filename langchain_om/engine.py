@@ -73,6 +73,7 @@ from .messages import (
     same_model,
 )
 from .models import ModelSelectionError, acall_om_model, model_supports_images
+from .oversize import warn_oversized
 from .store.base import (
     BufferedChunk,
     BufferedReflection,
@@ -514,7 +515,8 @@ class ObservationalMemory:
         moment = now or self._clock()
         if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here
             await self.store.aensure_thread(resource, thread_id)
-        await self._persist(resource, thread_id, messages, moment)
+        inserted = await self._persist(resource, thread_id, messages, moment)
+        warn_oversized(inserted, self.config.observation.message_tokens)
         key = record_key(resource, self._record_thread(thread_id))
         step = _StepState(resource, thread_id, key, moment, [], current_model, config)
         aborted: str | None = None

@@ -15,6 +15,7 @@ from langchain_core.messages import BaseMessage
 
 from .engine import ObservationalMemory, OMAborted, OMContext
 from .store.base import check_id, check_thread_id
+from .tokens import CACHE_KEY
 
 
 class ObservationalChatMessageHistory(BaseChatMessageHistory):
@@ -58,7 +59,16 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
 def _checked(context: OMContext) -> list[BaseMessage]:
     if context.aborted is not None:
         raise OMAborted(f"chat history: {context.aborted}")
-    return context.to_messages()
+    return [_without_bookkeeping(m) for m in context.to_messages()]
+
+
+def _without_bookkeeping(message: BaseMessage) -> BaseMessage:
+    """A copy without OM's token-count cache in ``response_metadata``: it is OM's internal state,
+    not part of the conversation handed out (and would otherwise travel into the caller's records)."""
+    metadata = message.response_metadata or {}
+    if CACHE_KEY not in metadata:
+        return message
+    return message.model_copy(update={"response_metadata": {k: v for k, v in metadata.items() if k != CACHE_KEY}})
 
 
 def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
