@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--db", default=None, help="SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
     inspect.add_argument("--resource", type=_identifier("--resource"), default=None,
                          help="resource id (default: the thread id)")
-    inspect.add_argument("--json", action="store_true", help="print the record and status as JSON (camelCase keys)")
+    inspect.add_argument("--json", action="store_true", help="print the record and status as JSON (snake_case keys)")
     inspect.add_argument("--message-tokens", type=_positive_int, default=None,
                          help="threshold to report the message window against (default: what the writer recorded, "
                               "else 30000)")
@@ -224,22 +224,40 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
         record = await om.aget_record(args.thread_id, resource_id=resource)
         status = await om.astatus(args.thread_id, resource_id=resource)
         total = await store.acount_messages(resource, args.thread_id)
-        if args.json:
+        last = await _last_observed(store, record, resource, args.thread_id)
+        if args.json:  # snake_case throughout, like the Python models (the status event's wire shape is camelCase)
             payload: dict[str, Any] = {
                 "thread": thread.model_dump(mode="json"),
                 "record": record.model_dump(mode="json"),
-                "status": status.model_dump(mode="json", by_alias=True),
+                "status": status.model_dump(mode="json"),
                 "stored_messages": total,
+                "last_observed_message": last,
             }
             sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
             return EXIT_OK
-        _print_inspection(console, thread, record, status, total, scope)
+        _print_inspection(console, thread, record, status, total, scope, last)
         return EXIT_OK
     finally:
         await store.aclose()
 
 
-def _print_inspection(console: Console, thread: Any, record: Any, status: Any, total: int, scope: str) -> None:
+async def _last_observed(store: Any, record: Any, resource: str, thread_id: str) -> dict[str, Any] | None:
+    """The newest observed message of the thread: id, seq and when it was sent (on its own clock, as the
+    observation log and ``recall`` show it), rather than the time of the step that observed it."""
+    from .recall import message_stamp
+
+    seq = record.last_observed_seq.get(thread_id)
+    if seq is None:
+        return None
+    messages = await store.aget_messages(resource, thread_id)
+    message = next((m for m in messages if m.seq == seq), None)
+    if message is None:
+        return {"id": None, "seq": seq, "sent": None}
+    return {"id": message.id, "seq": seq, "sent": message_stamp(message)}
+
+
+def _print_inspection(console: Console, thread: Any, record: Any, status: Any, total: int, scope: str,
+                      last: dict[str, Any] | None) -> None:
     active = status.windows.active
     buffered = status.windows.buffered
     head = Table(title=f"Thread {thread.thread_id} (resource {thread.resource_id})", show_header=False)
@@ -248,7 +266,8 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
     head.add_row("record", f"{record.id} (version {record.version})")
     head.add_row("generation", str(record.generation_count))
     head.add_row("stored messages", str(total))
-    head.add_row("last observed", f"seq {record.last_observed_seq} at {record.last_observed_at or '-'}")
+    head.add_row("last observed message",
+                 f"{last['id']} (seq {last['seq']}), sent {last['sent']}" if last else "- (nothing observed yet)")
     head.add_row("messages window", f"{active.messages.tokens} / {active.messages.threshold} tokens")
     head.add_row("observations window", f"{active.observations.tokens} / {active.observations.threshold} tokens")
     head.add_row("buffered observations",
@@ -267,7 +286,7 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
         groups.add_column(column)
     for index, group in enumerate(record.groups, 1):
         groups.add_row(str(index), f"{group.start_id} .. {group.end_id}", group.source, str(group.generation),
-                       str(group.tokens), group.created_at.isoformat(timespec="seconds"))
+                       str(group.tokens), group.created_at.strftime("%Y-%m-%d %H:%M UTC"))
     console.print(groups)
     if record.buffered_chunks:
         chunks = Table(title="Buffered chunks (waiting for activation)")

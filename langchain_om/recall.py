@@ -428,10 +428,10 @@ def _matching(parts: Sequence[Part], args: RecallInput) -> list[int]:
 
 
 def _header(stored: StoredMessage) -> str:
-    return f"--- message {stored.id} · {_role(stored)} · {_message_stamp(stored)}"
+    return f"--- message {stored.id} · {_role(stored)} · {message_stamp(stored)}"
 
 
-def _message_stamp(stored: StoredMessage) -> str:
+def message_stamp(stored: StoredMessage) -> str:
     """When a message was written, on the clock of its own timestamp: the Observer dates it the
     same way, so a message stamped 19:05-05:00 is ``2026-03-02 19:05 UTC-05:00`` both in the
     observation log (``Date: 2026-03-02``, ``(19:05)``) and here. Messages without an offset: UTC."""
@@ -740,7 +740,7 @@ async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[st
         for score, stored in items:
             parts = message_parts(ctx.om._as_langchain(ctx.resource_id, stored))
             preview = _short(" ".join(p.text for p in parts if p.kind in ("text", "tool-result")), 160)
-            lines.append(f"  [score {score:.3f}] {_role(stored)} · {_message_stamp(stored)}: {preview}\n"
+            lines.append(f"  [score {score:.3f}] {_role(stored)} · {message_stamp(stored)}: {preview}\n"
                          f"    cursor: {stored.id}")
         blocks.append("\n".join(lines))
     kept = budget.fit(blocks)

@@ -44,7 +44,8 @@ def test_demo_then_inspect_in_process(tmp_path: Path, capsys: pytest.CaptureFixt
     record = payload["record"]
     assert record["groups"] and all(g["start_id"].startswith("demo-trip:") for g in record["groups"])
     assert payload["status"]["windows"]["active"]["messages"]["threshold"] == 1200
-    assert payload["status"]["generationCount"] == record["generation_count"]
+    assert payload["status"]["generation_count"] == record["generation_count"]
+    assert payload["last_observed_message"]["id"].startswith("demo-trip:")
 
 
 def test_inspect_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
