@@ -5,7 +5,6 @@ user message (silently over budget, slow to count)."""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -71,12 +70,10 @@ def test_sampled_counting_is_bounded_and_close() -> None:
     prose = "The ryokan in Kyoto has a cypress bath and serves kaiseki dinners. " * 20_000  # 1.4M chars
     assert len(prose) > SAMPLED_COUNT_CHARS
     exact = len(counter.encoding.encode_ordinary(prose)) if hasattr(counter, "encoding") else None
-    started = time.perf_counter()
     estimate = counter.count_text(prose)
-    elapsed = time.perf_counter() - started
     if exact is not None:
         assert abs(estimate - exact) / exact < 0.02, (estimate, exact)
-    assert elapsed < 2.0  # generous; the benchmark-free bound is that only SAMPLED_COUNT_CHARS are tokenized
+    # the bound: however long the text, only SAMPLED_COUNT_CHARS characters are tokenized
     seen: list[int] = []
     sampled_count(prose, lambda part: seen.append(len(part)) or 1)
     assert sum(seen) <= SAMPLED_COUNT_CHARS
