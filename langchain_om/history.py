@@ -1,9 +1,11 @@
 """``ObservationalChatMessageHistory``: a ``BaseChatMessageHistory`` backed by OM.
 
-Drop it in wherever LangChain expects a chat history (``RunnableWithMessageHistory``):
-added messages are stored through the engine, and reading ``messages`` runs one OM step
-and returns the bounded context (the OM system message, then the unobserved messages)
-instead of the whole conversation. The raw messages stay in the store for recall.
+For code that keeps a chat history itself (LangChain's ``RunnableWithMessageHistory`` is
+deprecated in favour of LangGraph persistence; new agents should use the middleware or the
+graph nodes): added messages are stored through the engine, and reading ``messages`` runs
+one OM step and returns the bounded context (the OM system message once there is something
+observed, then the unobserved messages) instead of the whole conversation. The raw messages
+stay in the store for recall.
 """
 
 from __future__ import annotations
