@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from langchain_om.tokens import CACHE_KEY, EstimatorCounter, TiktokenCounter, TokenCounter
@@ -66,10 +66,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ratios["estimator cached / cold"] = results["estimator"]["cached_messages_per_s"] / results["estimator"][
         "messages_per_s"]
     ratios["tiktoken cached / cold"] = results["tiktoken"]["cached_messages_per_s"] / base
-    return {"params": {"messages": len(corpus), "o200k_tokens": reference,
+    huge = _huge_message(args.huge_chars, exact)
+    return {"huge_message": huge, "params": {"messages": len(corpus), "o200k_tokens": reference,
                        "note": "tokens_per_s uses each counter's own total, except approximate which is "
                                "normalised to the exact o200k total"},
             "counters": results, "ratios": ratios}
+
+
+def _huge_message(chars: int, exact: TiktokenCounter) -> dict[str, Any]:
+    """One user message of ``chars`` characters (a pasted log): OM's count, which tokenizes spread samples
+    past ``SAMPLED_COUNT_CHARS``, against encoding the whole text."""
+    line = "2026-03-02 19:05:11 INFO worker-3 request /api/book?id=8812 took 41 ms; cache hit ratio 0.93\n"
+    text = (line * (chars // len(line) + 1))[:chars]
+    om_s, om_tokens = _time(lambda: exact.count_message(HumanMessage(text)))
+    full_s, full_tokens = _time(lambda: len(exact.encoding.encode_ordinary(text)))
+    return {"chars": chars, "om_seconds": om_s, "om_tokens": om_tokens, "full_encode_seconds": full_s,
+            "full_tokens": full_tokens, "error_vs_full": (om_tokens - full_tokens) / full_tokens}
 
 
 def report(payload: dict[str, Any]) -> str:
@@ -80,11 +92,18 @@ def report(payload: dict[str, Any]) -> str:
                 ["counter", "tokens/s", "messages/s", "messages/s cached", "error % vs o200k"], rows)
     for key, value in payload["ratios"].items():
         out += f"\n  {key} = {value:.2f}"
+    huge = payload.get("huge_message")
+    if huge:
+        out += (f"\n  one {huge['chars']:,}-character message: OM counts it in {huge['om_seconds'] * 1000:.0f} ms "
+                f"(sampled; error {huge['error_vs_full'] * 100:+.2f}%), encoding it whole takes "
+                f"{huge['full_encode_seconds'] * 1000:.0f} ms")
     return out
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--messages", type=int, default=5000 if quick else 30_000)
+    parser.add_argument("--huge-chars", type=int, default=1_000_000 if quick else 10_000_000,
+                        help="size of the single huge message counted once")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -152,6 +152,13 @@ class ModelSettings(_Strict):
         return v
 
 
+def _refuse_bool(value: Any) -> Any:
+    """A token count given as ``True`` would silently mean 1 token (``bool`` is an ``int``)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number of tokens, got {value!r}")
+    return value
+
+
 class ObservationConfig(_Strict):
     """When and how the Observer runs."""
 
@@ -183,6 +190,11 @@ class ObservationConfig(_Strict):
 
     def model_timeout_s(self) -> float | None:
         return _timeout_seconds(self.model_timeout)
+
+    @field_validator("message_tokens", "max_tokens_per_batch", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _refuse_bool(v)
 
     @field_validator("message_tokens", "max_tokens_per_batch")
     @classmethod
@@ -286,6 +298,11 @@ class ReflectionConfig(_Strict):
 
     def model_timeout_s(self) -> float | None:
         return _timeout_seconds(self.model_timeout)
+
+    @field_validator("observation_tokens", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _refuse_bool(v)
 
     @field_validator("observation_tokens")
     @classmethod

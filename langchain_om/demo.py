@@ -31,6 +31,7 @@ from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cli_hints import inspect_command
 from .engine import ObservationalMemory
 from .events import OMEvent
 from .messages import TIMESTAMP_KEY
@@ -42,7 +43,10 @@ from .testing import ScriptedObserverModel
 DEFAULT_THREAD = "demo-trip"
 DEFAULT_MESSAGE_TOKENS = 1200
 DEFAULT_OBSERVATION_TOKENS = 1500
-SCRIPTED_NOTICE = ScriptedObserverModel.SCRIPTED_NOTICE
+SCRIPTED_NOTICE = (
+    "Using the scripted offline Observer/Reflector (no model API): observations are rule-based summaries, "
+    "not LLM output. Run with --model provider:model (e.g. --model openai:gpt-5-mini) for real observations."
+)
 API_KEY_MODELS: tuple[tuple[str, str], ...] = (
     ("OPENAI_API_KEY", "openai:gpt-5-mini"),
     ("GOOGLE_API_KEY", "google_genai:gemini-2.5-flash"),
@@ -190,12 +194,14 @@ class DemoResult:
     reflections: int = 0
     activations: int = 0
     buffered: int = 0
+    buffered_reflections: int = 0
     failures: int = 0
     generation_count: int = 0
     final_log: str = ""
     current_task: str | None = None
     suggested_response: str | None = None
     context_tokens: int = 0
+    pending_reflection: str | None = None
     history_tokens: int = 0
     stored_messages: int = 0
     elapsed_s: float = 0.0
@@ -230,7 +236,8 @@ def _describe(event: OMEvent) -> tuple[str, str] | None:
         return "activations", f"activated {data.chunks_activated} buffered chunk(s), " \
                               f"{data.tokens_activated} message tokens out of the window"
     if event.type == "data-om-buffering-end":
-        return "buffered", f"buffered {kind} in the background ({data.tokens_buffered} tokens)"
+        counter = "buffered_reflections" if kind == "reflection" else "buffered"
+        return counter, f"buffered {kind} in the background ({data.tokens_buffered} tokens)"
     if event.type in ("data-om-observation-failed", "data-om-buffering-failed"):
         return "failures", f"{event.type.removeprefix('data-om-')}: {data.error}"
     return None
@@ -339,7 +346,7 @@ async def _replay(
         for index in range(resume, end):
             step_messages = steps[index]
             moment = _timestamp(step_messages[-1])
-            context = await om.aprocess(thread_id, step_messages, now=moment)
+            await om.aprocess(thread_id, step_messages, now=moment)
             # The agent's own model call would take a while here; let background buffering finish.
             await om.await_background(thread_id)
             status = await om.astatus(thread_id)
@@ -357,7 +364,6 @@ async def _replay(
                     row.cycles.append(line)
             seen.clear()
             result.steps.append(row)
-            result.context_tokens = om.counter.count_messages(context.to_messages())
             windows = (f"messages {row.messages_tokens}/{row.messages_threshold}  "
                        f"observations {row.observation_tokens}/{row.observation_threshold}  "
                        f"gen {row.generation_count}")
@@ -368,10 +374,6 @@ async def _replay(
                     progress.console.print(f"          [green]↳ {line}[/green]")
                 if step_delay_s:
                     await asyncio.sleep(step_delay_s)
-            else:
-                for line in row.cycles:
-                    if "reflect" in line or "failed" in line:
-                        progress.console.print(f"step {row.index:3d}  [green]↳ {line}[/green]")
 
     record = await om.aget_record(thread_id)
     status = await om.astatus(thread_id)
@@ -382,11 +384,39 @@ async def _replay(
     result.suggested_response = record.suggested_response
     result.stored_messages = len(window)
     result.history_tokens = total_tokens(window)
-    if not result.steps:  # nothing replayed this run: estimate from the stored state
-        result.context_tokens = status.windows.active.messages.tokens + record.observation_tokens
+    # from the stored state, so a rerun that replays nothing reports the same figure
+    result.context_tokens = status.windows.active.messages.tokens + record.observation_tokens
+    result.pending_reflection = _pending_reflection(status)
     result.elapsed_s = time.perf_counter() - started
     _print_summary(out, result)
     return result
+
+
+def _pending_reflection(status: Any) -> str | None:
+    """What happens next when the run ends with the log over its reflection threshold."""
+    log = status.windows.active.observations
+    if log.tokens <= log.threshold:
+        return None
+    ready = status.windows.buffered.reflection.status == "complete"
+    how = "a buffered reflection is ready and is swapped in" if ready else "the Reflector runs"
+    return (f"The observation log ({log.tokens} tokens) is over its reflection threshold ({log.threshold}): "
+            f"{how} at the next step.")
+
+
+def merge_repeated_dates(log: str) -> str:
+    """The log for display: a ``Date:`` header repeating the previous one (consecutive observation
+    groups of the same day each carry their own) is dropped with the blank line before it."""
+    out: list[str] = []
+    current: str | None = None
+    for line in log.splitlines():
+        if line.startswith("Date: "):
+            if line == current:
+                while out and not out[-1].strip():
+                    out.pop()
+                continue
+            current = line
+        out.append(line)
+    return "\n".join(out)
 
 
 def _timestamp(message: BaseMessage) -> datetime:
@@ -400,24 +430,29 @@ def _timestamp(message: BaseMessage) -> datetime:
 
 def _print_summary(out: Console, result: DemoResult) -> None:
     table = Table(title="What OM did", show_header=False)
-    table.add_row("steps replayed this run", f"{len(result.steps)} (of {result.total_steps}; "
-                                             f"resumed after step {result.resumed_from})")
-    table.add_row("blocking observations", str(result.observations))
-    table.add_row("buffered chunks / activations", f"{result.buffered} / {result.activations}")
-    table.add_row("reflections (generation)", f"{result.reflections} (generation {result.generation_count})")
+    resumed = f"; resumed after step {result.resumed_from}" if result.resumed_from else ""
+    table.add_row("steps replayed this run", f"{len(result.steps)} (of {result.total_steps}{resumed})")
+    table.add_row("observations", f"{result.observations} blocking; {result.buffered} chunk(s) buffered in the "
+                                  f"background, {result.activations} activation(s) swapping them in")
+    table.add_row("reflections", f"{result.reflections} applied ({result.buffered_reflections} buffered in the "
+                                 f"background); generation {result.generation_count}")
     table.add_row("failures", str(result.failures))
     table.add_row("stored messages (never deleted)", f"{result.stored_messages}, {result.history_tokens} tokens")
-    table.add_row("context for the next model call", f"~{result.context_tokens} tokens")
+    table.add_row("context for the next model call",
+                  f"~{result.context_tokens} tokens (unobserved messages + observation log)")
     table.add_row("wall time", f"{result.elapsed_s:.1f} s")
     out.print(table)
-    out.print(Panel(result.final_log or "(empty: no observation yet)", title="Final observation log"))
+    if result.pending_reflection:
+        out.print(f"[yellow]{result.pending_reflection}[/yellow]")
+    out.print(Panel(merge_repeated_dates(result.final_log) or "(empty: no observation yet)",
+                    title="Final observation log"))
     if result.current_task:
         out.print(f"[bold]Current task:[/bold] {result.current_task}")
     if result.suggested_response:
         out.print(f"[bold]Suggested response:[/bold] {result.suggested_response}")
     if result.scripted:
         out.print(f"[yellow]{SCRIPTED_NOTICE}[/yellow]")
-    out.print(f"Inspect it any time: langchain-om inspect {result.thread_id} --db {result.db_path}")
+    out.print(f"Inspect it any time: {inspect_command(result.thread_id, result.db_path)}", soft_wrap=True)
 
 
 def run_demo(**kwargs: Any) -> DemoResult:

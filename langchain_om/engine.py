@@ -80,6 +80,7 @@ from .messages import (
     same_model,
 )
 from .models import ModelSelectionError, acall_om_model, model_supports_images
+from .oversize import warn_oversized
 from .store.base import (
     BufferedChunk,
     BufferedReflection,
@@ -630,6 +631,7 @@ class ObservationalMemory:
         if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here
             await self.store.aensure_thread(resource, thread_id)
         inputs = await self._persist(resource, thread_id, messages, moment)
+        warn_oversized(inputs.inserted, self.config.observation.message_tokens)
         key = record_key(resource, self._record_thread(thread_id))
         self._touch_record(key)
         step = _StepState(resource, thread_id, key, moment, [], current_model, config)

@@ -1,9 +1,11 @@
 """``ObservationalChatMessageHistory``: a ``BaseChatMessageHistory`` backed by OM.
 
-Drop it in wherever LangChain expects a chat history (``RunnableWithMessageHistory``):
-added messages are stored through the engine, and reading ``messages`` runs one OM step
-and returns the bounded context (the OM system message, then the unobserved messages)
-instead of the whole conversation. The raw messages stay in the store for recall.
+For code that keeps a chat history itself (LangChain's ``RunnableWithMessageHistory`` is
+deprecated in favour of LangGraph persistence; new agents should use the middleware or the
+graph nodes): added messages are stored through the engine, and reading ``messages`` runs
+one OM step and returns the bounded context (the OM system message once there is something
+observed, then the unobserved messages) instead of the whole conversation. The raw messages
+stay in the store for recall.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from langchain_core.messages import BaseMessage
 
 from .engine import ObservationalMemory, OMAborted, OMContext
 from .store.base import check_id, check_thread_id
+from .tokens import CACHE_KEY
 
 
 class ObservationalChatMessageHistory(BaseChatMessageHistory):
@@ -58,7 +61,16 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
 def _checked(context: OMContext) -> list[BaseMessage]:
     if context.aborted is not None:
         raise OMAborted(f"chat history: {context.aborted}")
-    return context.to_messages()
+    return [_without_bookkeeping(m) for m in context.to_messages()]
+
+
+def _without_bookkeeping(message: BaseMessage) -> BaseMessage:
+    """A copy without OM's token-count cache in ``response_metadata``: it is OM's internal state,
+    not part of the conversation handed out (and would otherwise travel into the caller's records)."""
+    metadata = message.response_metadata or {}
+    if CACHE_KEY not in metadata:
+        return message
+    return message.model_copy(update={"response_metadata": {k: v for k, v in metadata.items() if k != CACHE_KEY}})
 
 
 def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -53,6 +53,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .messages import TIMESTAMP_KEY
 from .store.base import InvalidStoreInput, OMRecord, StoredMessage
 
 if TYPE_CHECKING:
@@ -427,7 +428,27 @@ def _matching(parts: Sequence[Part], args: RecallInput) -> list[int]:
 
 
 def _header(stored: StoredMessage) -> str:
-    return f"--- message {stored.id} · {_role(stored)} · {_stamp(stored.created_at)}"
+    return f"--- message {stored.id} · {_role(stored)} · {message_stamp(stored)}"
+
+
+def message_stamp(stored: StoredMessage) -> str:
+    """When a message was written, on the clock of its own timestamp: the Observer dates it the
+    same way, so a message stamped 19:05-05:00 is ``2026-03-02 19:05 UTC-05:00`` both in the
+    observation log (``Date: 2026-03-02``, ``(19:05)``) and here. Messages without an offset: UTC."""
+    moment = stored.created_at if stored.created_at.tzinfo else stored.created_at.replace(tzinfo=timezone.utc)
+    data = stored.data.get("data") if isinstance(stored.data, dict) else None
+    metadata = data.get("response_metadata") if isinstance(data, dict) else None
+    raw = metadata.get(TIMESTAMP_KEY) if isinstance(metadata, dict) else None
+    if isinstance(raw, str):
+        try:
+            own: datetime | None = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+        except ValueError:
+            own = None
+        if own is not None and own.utcoffset() and abs((own - moment).total_seconds()) <= 1:
+            local = moment.astimezone(own.tzinfo)
+            offset = local.strftime("%z")
+            return f"{local.strftime('%Y-%m-%d %H:%M')} UTC{offset[:3]}:{offset[3:5]}"
+    return _stamp(moment)
 
 
 def _render_message(ctx: _Ctx, stored: StoredMessage, args: RecallInput) -> str | None:
@@ -719,7 +740,7 @@ async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[st
         for score, stored in items:
             parts = message_parts(ctx.om._as_langchain(ctx.resource_id, stored))
             preview = _short(" ".join(p.text for p in parts if p.kind in ("text", "tool-result")), 160)
-            lines.append(f"  [score {score:.3f}] {_role(stored)} · {_stamp(stored.created_at)}: {preview}\n"
+            lines.append(f"  [score {score:.3f}] {_role(stored)} · {message_stamp(stored)}: {preview}\n"
                          f"    cursor: {stored.id}")
         blocks.append("\n".join(lines))
     kept = budget.fit(blocks)

@@ -194,8 +194,15 @@ _BULLET_TIME_RE = re.compile(r"^\s*[*\-•]\s*(🔴|🟡|🟢)?\s*(?:\((\d{2}:\d
 
 
 def _short(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    """``text`` on one line, cut to ``limit`` characters at a word boundary (never mid-word)."""
+    head = text[: limit * 8]  # bounded work on a huge text
+    flat = " ".join(head.split())
+    if len(flat) <= limit and len(head) == len(text):
+        return flat
+    cut = flat[: limit - 1]
+    if flat[limit - 1: limit] not in ("", " ") and cut.rfind(" ") > 0:
+        cut = cut[: cut.rfind(" ")]  # the cut fell inside a word: drop that word
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _section(text: str, tag: str) -> str:
@@ -451,7 +458,7 @@ def _observe_entries(entries: Sequence[_Entry]) -> tuple[list[str], list[_Entry]
     for entry in entries:
         if entry.speaker == "user":
             flush()
-            plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text)
+            plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text[:2000])  # the note keeps 160
             mark = "🔴" if _IMPORTANT_WORDS.search(plain) else "🟡"
             days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) User said: {_short(entry.text, 160)}")
         elif entry.speaker in ("assistant", "tool_call"):

@@ -39,6 +39,8 @@ from typing import Any, Literal, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage
 
+from .oversize import sampled_count
+
 __all__ = [
     "CACHE_KEY",
     "CACHE_VERSION",
@@ -751,7 +753,7 @@ class TiktokenCounter(TokenCounter):
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        return len(self.encoding.encode_ordinary(text))
+        return sampled_count(text, lambda part: len(self.encoding.encode_ordinary(part)))
 
 
 class EstimatorCounter(TokenCounter):
@@ -760,7 +762,7 @@ class EstimatorCounter(TokenCounter):
     source = ESTIMATOR_SOURCE
 
     def count_text(self, text: str) -> int:
-        return estimate_tokens(text)
+        return sampled_count(text, estimate_tokens)
 
 
 def get_token_counter(

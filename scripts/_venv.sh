@@ -1,6 +1,8 @@
 # shellcheck shell=bash
-# Shared by demo.sh and test.sh: create ./.venv if missing, install the package with the
-# test extras when pyproject.toml is newer than the last install, and activate the venv.
+# Shared by the scripts: create ./.venv if missing, install the package with the test extras
+# when pyproject.toml is newer than the last install, and activate the venv. It works in the
+# repository root; om_caller_dir keeps the folder the user ran the script from.
+om_caller_dir="$PWD"
 om_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$om_root" || exit 1
 if [ ! -x .venv/bin/python ]; then

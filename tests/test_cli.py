@@ -44,17 +44,18 @@ def test_demo_then_inspect_in_process(tmp_path: Path, capsys: pytest.CaptureFixt
     record = payload["record"]
     assert record["groups"] and all(g["start_id"].startswith("demo-trip:") for g in record["groups"])
     assert payload["status"]["windows"]["active"]["messages"]["threshold"] == 1200
-    assert payload["status"]["generationCount"] == record["generation_count"]
+    assert payload["status"]["generation_count"] == record["generation_count"]
+    assert payload["last_observed_message"]["id"].startswith("demo-trip:")
 
 
 def test_inspect_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "nope", "--db", str(tmp_path / "missing.db")]) == 1
-    assert "no such database file" in capsys.readouterr().out
+    assert "no such database file" in capsys.readouterr().err
     db = str(tmp_path / "om.db")
     assert main(["demo", "--db", db, "--fast", "--scripted", "--steps", "2"]) == 0
     capsys.readouterr()
     assert main(["inspect", "nope", "--db", db]) == 1
-    assert "thread 'nope' not found" in capsys.readouterr().out
+    assert "thread 'nope' not found" in capsys.readouterr().err
 
 
 def test_bad_arguments_exit_with_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,7 +74,7 @@ def test_eval_reports_a_missing_data_file(tmp_path: Path, capsys: pytest.Capture
     code = main(["eval", "longmemeval", "--data", str(tmp_path / "none.json"), "--model", "openai:gpt-5-mini",
                  "--out", str(tmp_path / "r.jsonl")])
     assert code == 1
-    assert "--data" in capsys.readouterr().out
+    assert "--data" in capsys.readouterr().err
 
 
 def test_restart_in_new_processes_continues_the_thread(tmp_path: Path) -> None:

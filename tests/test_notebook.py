@@ -33,5 +33,28 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert len(images) == 1, "the windows plot was drawn inline"
 
 
+def test_notebook_uses_the_public_api_only() -> None:
+    """What a reader copies from the notebook must be the package's public API, with no leftovers."""
+    import langchain_om
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)  # type: ignore[no-untyped-call]
+    code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    modules = re.findall(r"^\s*from (langchain_om[\w.]*) import", code, re.MULTILINE)
+    assert modules and set(modules) <= {"langchain_om", "langchain_om.testing"}, modules
+    imported = re.search(r"from langchain_om import \(([^)]*)\)", code)
+    assert imported is not None
+    names = [n.strip() for n in imported.group(1).split(",") if n.strip()]
+    assert all(name in langchain_om.__all__ for name in names), names
+    assert "find_spec" not in code and "when this build ships" not in code
+    text = "\n".join(cell.source for cell in notebook.cells)
+    assert "when this build ships" not in text
+    # both legends sit beside their axes (anchored right of x=1), so they cannot cover a line
+    legends = re.findall(r"\.legend\(([^)]*)\)", code)
+    assert len(legends) == 2
+    for call in legends:
+        anchor = re.search(r"bbox_to_anchor=\(([\d.]+),", call)
+        assert anchor is not None and float(anchor.group(1)) > 1.0, call
+
+
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])

@@ -42,6 +42,7 @@ from ..messages import TIMESTAMP_KEY, message_timestamp
 from ..models import normalize_model_string
 from ..store.sqlite import SQLiteStore
 from .prompts import ANSWER_INSTRUCTIONS, JUDGE_SYSTEM, is_abstention, judge_prompt, parse_verdict
+from .scripted import is_scripted, scripted_model
 
 QUESTION_TYPES = (
     "single-session-user",
@@ -201,10 +202,13 @@ def haystack_steps(item: LongMemEvalItem) -> list[list[list[BaseMessage]]]:
 ModelSpec = str | BaseChatModel
 
 
-def resolve_model(spec: ModelSpec, field_name: str) -> BaseChatModel:
-    """An ``init_chat_model`` string (``provider:model`` or ``provider/model``) or a chat model instance."""
+def resolve_model(spec: ModelSpec, field_name: str, role: str = "answer") -> BaseChatModel:
+    """An ``init_chat_model`` string (``provider:model`` or ``provider/model``), ``"scripted"`` (the
+    offline stand-in for ``role``, see ``scripted.py``) or a chat model instance."""
     if isinstance(spec, BaseChatModel):
         return spec
+    if is_scripted(spec):
+        return scripted_model(role)
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"{field_name}: expected a model string like 'openai:gpt-5-mini', got {spec!r}")
     from langchain.chat_models import init_chat_model
@@ -457,9 +461,16 @@ async def arun_longmemeval(
         pending = pending[: settings.limit]
 
     answer_model = resolve_model(settings.model, "model")
-    judge_model = resolve_model(settings.judge_model, "judge_model") if settings.judge_model else answer_model
+    if settings.judge_model:
+        judge_model = resolve_model(settings.judge_model, "judge_model", "judge")
+    elif is_scripted(settings.model):
+        judge_model = scripted_model("judge")  # the scripted reader cannot grade
+    else:
+        judge_model = answer_model
     om_spec: Any = settings.om_model if settings.om_model is not None else settings.model
-    if isinstance(om_spec, str):
+    if is_scripted(om_spec):
+        om_spec = scripted_model("om")
+    elif isinstance(om_spec, str):
         om_spec = normalize_model_string(om_spec)
     observation: dict[str, Any] = {}
     reflection: dict[str, Any] = {}

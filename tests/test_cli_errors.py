@@ -1,0 +1,175 @@
+"""What a newcomer hits first in the console script: one-line errors with a non-zero exit for every
+bad ``--db`` (never creating directories, never writing to a damaged file), refused empty ids,
+``--version``, ``python -m langchain_om``, help that shows defaults, and the offline eval."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from langchain_om.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+LME_DATA = ROOT / "tests" / "data" / "longmemeval_mini.json"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _one_line_error(err: str, *needles: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def healthy_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("healthy") / "om.db"
+    assert main(["demo", "--db", str(db), "--fast", "--scripted", "--steps", "3"]) == 0
+    return db
+
+
+def _bad_files(tmp_path: Path, healthy: Path) -> dict[str, tuple[Path, str]]:
+    (tmp_path / "folder.db").mkdir()
+    (tmp_path / "random.db").write_bytes(os.urandom(5000))
+    (tmp_path / "text.db").write_text("hello, this is not a database\n")
+    (tmp_path / "truncated.db").write_bytes(healthy.read_bytes()[:8192])
+    other = tmp_path / "other.db"
+    import sqlite3
+
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE invoices (id INTEGER)")
+    conn.commit()
+    conn.close()
+    readonly = tmp_path / "readonly.db"
+    shutil.copy(healthy, readonly)
+    readonly.chmod(0o444)
+    return {
+        "directory": (tmp_path / "folder.db", "is a directory"),
+        "random bytes": (tmp_path / "random.db", "not a SQLite database"),
+        "text": (tmp_path / "text.db", "not a SQLite database"),
+        "truncated": (tmp_path / "truncated.db", "left untouched"),
+        "another application's database": (other, "another application"),
+        "read-only": (readonly, "read-only"),
+    }
+
+
+def test_every_bad_db_fails_in_one_line_and_is_left_untouched(
+    tmp_path: Path, healthy_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    for name, (path, reason) in _bad_files(tmp_path, healthy_db).items():
+        before = _digest(path) if path.is_file() else None
+        code = main(["demo", "--db", str(path), "--fast", "--scripted", "--steps", "1"])
+        captured = capsys.readouterr()
+        assert code == 1, name
+        _one_line_error(captured.err, "--db", reason)
+        if before is not None:
+            assert _digest(path) == before, f"{name}: the file was changed"
+            assert not Path(f"{path}-wal").exists(), f"{name}: SQLite opened it for writing"
+    # inspect reads: the damaged ones fail the same way, the read-only healthy copy can be inspected
+    for name in ("random bytes", "text", "truncated", "directory"):
+        path, reason = _bad_files_cache(tmp_path)[name]
+        assert main(["inspect", "demo-trip", "--db", str(path)]) == 1
+        _one_line_error(capsys.readouterr().err, "--db", reason)
+
+
+def _bad_files_cache(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    return {
+        "random bytes": (tmp_path / "random.db", "not a SQLite database"),
+        "text": (tmp_path / "text.db", "not a SQLite database"),
+        "truncated": (tmp_path / "truncated.db", "left untouched"),
+        "directory": (tmp_path / "folder.db", "is a directory"),
+    }
+
+
+def test_a_missing_directory_is_an_error_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "no" / "such" / "dir" / "x.db"
+    assert main(["demo", "--db", str(target), "--fast", "--scripted", "--steps", "1"]) == 1
+    _one_line_error(capsys.readouterr().err, "--db", "does not exist")
+    assert not (tmp_path / "no").exists()
+    out = tmp_path / "missing" / "results.jsonl"
+    assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "scripted", "--out", str(out)]) == 1
+    _one_line_error(capsys.readouterr().err, "--out", "does not exist")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_empty_ids_are_refused_naming_the_argument(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "om.db"
+    for argv, name in ((["inspect", "", "--db", str(db)], "thread_id"),
+                       (["inspect", "t", "--resource", " ", "--db", str(db)], "--resource"),
+                       (["demo", "--thread", "", "--db", str(db)], "--thread")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {name}: must not be empty" in err, err
+        assert "resource_id" not in err
+    assert not db.exists()  # nothing was replayed under a default thread
+
+
+def test_a_model_provider_error_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("LANGCHAIN_OM_TRACEBACK", raising=False)
+    code = main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "nosuchprovider:some-model",
+                 "--out", str(tmp_path / "r.jsonl")])
+    assert code == 1
+    _one_line_error(capsys.readouterr().err, "nosuchprovider")
+
+
+def _fresh(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GOOGLE_API_KEY")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["COLUMNS"] = "160"
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=180,
+                          check=False)
+
+
+def test_version_and_python_dash_m(tmp_path: Path) -> None:
+    from langchain_om import __version__
+
+    result = _fresh("-m", "langchain_om", "--version", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"langchain-om {__version__}"
+    result = _fresh("-m", "langchain_om", "inspect", "t", "--db", "missing.db", cwd=tmp_path)
+    assert result.returncode == 1
+    _one_line_error(result.stderr, "no such database file")
+
+
+def test_eval_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "longmemeval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: longmemeval_results.jsonl)", "(default: 4)", "(default: <out>.om.db)",
+                    "(default: 30000)", "(default: 40000)", "(default: the answer model", "'scripted'"):
+        assert default in text, default
+
+
+def test_eval_runs_offline_with_scripted_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.jsonl"
+    assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "scripted", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 6 and all(r["judge_parsed"] for r in rows)
+    assert "LongMemEval accuracy" in printed and "overall" in printed and "0 failed" in printed
+    # the scripted reader answered the dog question from what OM kept of the haystack
+    dog = next(r for r in rows if r["question_id"] == "mini_ssu_01")
+    assert "Australian Shepherd" in dog["hypothesis"] and dog["correct"]
+    abstained = next(r for r in rows if r["question_id"] == "mini_ssu_02_abs")
+    assert abstained["correct"]
+    # --om-model scripted alone works with a scripted answer model too (the judge follows --model)
+    out2 = tmp_path / "r2.jsonl"
+    assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "scripted", "--om-model", "scripted",
+                 "--out", str(out2), "--limit", "2"]) == 0
+    assert len(out2.read_text().splitlines()) == 2
