@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from ui_client import install_ai, require_node, run_chat, serve
+from ui_client import install_ai, require_node, run_chat, run_langchain_adapter, serve
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.middleware import ObservationalMemoryMiddleware
@@ -72,6 +72,14 @@ def ai_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``npm install ai`` once per test session."""
     require_node()
     return install_ai(tmp_path_factory.mktemp("ai-sdk"))
+
+
+@pytest.fixture(scope="session")
+def ai_sdk_langchain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``npm install ai @ai-sdk/langchain`` and its peers once per test session."""
+    require_node()
+    return install_ai(tmp_path_factory.mktemp("ai-sdk-langchain"), "@ai-sdk/langchain", "@langchain/core",
+                      "@langchain/langgraph")
 
 
 # --------------------------------------------------------------------------- without a client
@@ -197,3 +205,40 @@ def test_the_ai_sdk_chat_client_reads_text_status_and_cycle_parts(ai_sdk: Path) 
     ends = [p for p in sync_parts if p["type"] == "data-om-observation-end"]
     assert ends and {p["id"] for p in ends} <= starts, "end keyed like its start"
     assert ends[0]["data"]["tokensObserved"] > 0 and "Date:" in ends[0]["data"]["observations"]
+
+
+async def test_ai_sdk_langchain_gets_data_om_parts_with_the_reference_fields(ai_sdk_langchain: Path) -> None:
+    """``@ai-sdk/langchain`` names a custom payload's part ``data-`` + payload.type and sends the
+    whole payload as data. With ``configurable.om_stream_format="ai-sdk-langchain"`` its users get
+    ``data-om-*`` parts holding the reference fields, keyed by OM's ids (status replaced in place)."""
+    agent = make_agent()
+    events: list[Any] = []
+    plain: list[Any] = []
+    for i in range(12):
+        config = {"configurable": {"thread_id": "lc", "om_stream_format": "ai-sdk-langchain"}}
+        async for mode, chunk in agent.astream({"messages": [HumanMessage(turn_text(i))]}, config,
+                                               stream_mode=["custom"]):
+            events.append([mode, chunk])
+    async for mode, chunk in agent.astream({"messages": [HumanMessage(turn_text(0))]},
+                                           {"configurable": {"thread_id": "lc-plain"}}, stream_mode=["custom"]):
+        plain.append([mode, chunk])
+
+    result = run_langchain_adapter(ai_sdk_langchain, events)
+    assert result["errors"] == []
+    parts = [p for p in result["message"]["parts"] if p["type"].startswith("data-")]
+    assert all(p["type"].startswith("data-om-") for p in parts), {p["type"] for p in parts}
+    statuses = [p for p in parts if p["type"] == "data-om-status"]
+    assert len(statuses) == 1 and statuses[0]["id"] == "om-status:lc", "one status part, replaced in place"
+    status = statuses[0]["data"]
+    assert {"windows", "recordId", "threadId", "stepNumber", "generationCount"} <= set(status)
+    assert status["stepNumber"] == sum(1 for _, c in events if c["type"] == "om-status"), "the newest one"
+    assert {"data-om-buffering-start", "data-om-buffering-end", "data-om-activation"} <= {p["type"] for p in parts}
+    for part in parts:
+        if part["type"] != "data-om-status":
+            assert part["id"] == part["data"]["cycleId"]
+            assert part["data"]["type"] == part["type"].removeprefix("data-"), "the payload's own name rides along"
+
+    # without the option the same package nests the part one level down, as the issue observed
+    nested = run_langchain_adapter(ai_sdk_langchain, plain)
+    types = {p["type"] for p in nested["message"]["parts"] if p["type"].startswith("data-")}
+    assert "data-data-om-status" in types

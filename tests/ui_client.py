@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from conftest import in_ci
 
-CLIENT_SCRIPT = Path(__file__).parent / "js" / "chat_client.mjs"
+SCRIPTS = Path(__file__).parent / "js"
+CLIENT_SCRIPT = SCRIPTS / "chat_client.mjs"
 AI_VERSION = os.environ.get("LANGCHAIN_OM_TEST_AI_VERSION", "6")
 """The ``ai`` major the tests install (5+ speaks this protocol; override to try another)."""
 
@@ -34,17 +35,19 @@ def require_node() -> str:
     pytest.skip(message)
 
 
-def install_ai(folder: Path) -> Path:
-    """``npm install ai`` into ``folder``; returns the folder holding ``node_modules``."""
+def install_ai(folder: Path, *extra: str) -> Path:
+    """``npm install ai`` (and ``extra`` packages) into ``folder``; returns it, with the scripts."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "package.json").write_text(json.dumps({"name": "om-ui-test", "private": True, "type": "module"}))
     result = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", f"ai@{AI_VERSION}"],
+        ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", f"ai@{AI_VERSION}", *extra],
         cwd=folder, capture_output=True, text=True, timeout=300,
     )
     if result.returncode != 0:
-        pytest.fail(f"npm install ai@{AI_VERSION} failed:\n{result.stderr[-2000:]}", pytrace=False)
-    shutil.copy(CLIENT_SCRIPT, folder / CLIENT_SCRIPT.name)
+        pytest.fail(f"npm install ai@{AI_VERSION} {' '.join(extra)} failed:\n{result.stderr[-2000:]}",
+                    pytrace=False)
+    for script in SCRIPTS.glob("*.mjs"):
+        shutil.copy(script, folder / script.name)
     return folder
 
 
@@ -80,6 +83,18 @@ def run_chat(folder: Path, url: str, chat_id: str, turns: list[str]) -> dict[str
     config = folder / f"chat-{chat_id}.json"
     config.write_text(json.dumps({"url": url, "chatId": chat_id, "turns": turns}))
     result = subprocess.run([require_node(), str(folder / CLIENT_SCRIPT.name), str(config)], cwd=folder,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def run_langchain_adapter(folder: Path, events: list[Any]) -> dict[str, Any]:
+    """Replay LangGraph stream ``events`` through ``@ai-sdk/langchain``'s ``toUIMessageStream``
+    and the AI SDK's ``readUIMessageStream``; returns the final UI message and any errors."""
+    path = folder / f"events-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(events))
+    result = subprocess.run([require_node(), str(folder / "langchain_adapter.mjs"), str(path)], cwd=folder,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     out: dict[str, Any] = json.loads(result.stdout)
