@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AnyMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,10 +27,15 @@ from starlette.routing import Route
 from ui_client import install_ai, require_node, run_chat, run_langchain_adapter, serve
 
 from langchain_om.engine import ObservationalMemory
+from langchain_om.graph import add_observational_memory
 from langchain_om.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 from langchain_om.ui import UI_MESSAGE_STREAM_HEADERS, last_user_message, ui_message_chunks, ui_message_response
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 @tool
@@ -109,6 +116,35 @@ async def test_chunks_of_a_create_agent_run_follow_the_protocol() -> None:
     assert all(s["transient"] is True for s in statuses)
     assert set(statuses[0]) == {"type", "id", "data", "transient"}
     assert {"windows", "recordId", "threadId", "stepNumber", "generationCount"} <= set(statuses[0]["data"])
+
+
+async def test_chunks_of_a_graph_with_om_nodes() -> None:
+    """A StateGraph wired with add_observational_memory: only the agent's tokens become text,
+    whatever OM's nodes write to the state; OM's parts arrive in between."""
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(), token_counter="estimator",
+                             observation={"message_tokens": 400, "buffer_tokens": False})
+    model = ScriptedAgentModel(stream_tokens=True)
+
+    async def agent(state: State) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    add_observational_memory(builder, om)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    seen: set[str] = set()
+    for i in range(10):
+        chunks = [c async for c in ui_message_chunks(graph.astream(
+            {"messages": [HumanMessage(turn_text(i))]}, {"configurable": {"thread_id": "g"}},
+            stream_mode=["messages", "custom"]))]
+        text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+        assert text.startswith("Noted (turn") and f'you said "Turn {i}:' in text, text
+        assert [c["type"] for c in chunks].count("text-start") == 1
+        assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+        seen.update(c["type"] for c in chunks if c["type"].startswith("data-om-"))
+    assert {"data-om-status", "data-om-observation-start", "data-om-observation-end"} <= seen, seen
 
 
 async def test_a_failing_run_ends_with_an_error_chunk_and_sse_framing() -> None:
