@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from ui_client import install_ai, require_node, run_chat, run_langchain_adapter, serve
+from ui_client import AI_LANGCHAIN_VERSION, install_ai, require_node, run_chat, run_langchain_adapter, serve
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.graph import add_observational_memory
@@ -85,8 +85,8 @@ def ai_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def ai_sdk_langchain(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``npm install ai @ai-sdk/langchain`` and its peers once per test session."""
     require_node()
-    return install_ai(tmp_path_factory.mktemp("ai-sdk-langchain"), "@ai-sdk/langchain", "@langchain/core",
-                      "@langchain/langgraph")
+    return install_ai(tmp_path_factory.mktemp("ai-sdk-langchain"), f"@ai-sdk/langchain@{AI_LANGCHAIN_VERSION}",
+                      "@langchain/core", "@langchain/langgraph")
 
 
 # --------------------------------------------------------------------------- without a client

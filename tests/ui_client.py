@@ -20,8 +20,10 @@ from conftest import in_ci
 
 SCRIPTS = Path(__file__).parent / "js"
 CLIENT_SCRIPT = SCRIPTS / "chat_client.mjs"
-AI_VERSION = os.environ.get("LANGCHAIN_OM_TEST_AI_VERSION", "6")
-"""The ``ai`` major the tests install (5+ speaks this protocol; override to try another)."""
+AI_VERSION = os.environ.get("LANGCHAIN_OM_TEST_AI_VERSION", "7")
+"""The ``ai`` major the tests install (ai 6 with ``@ai-sdk/langchain`` 2 passes too: set both)."""
+AI_LANGCHAIN_VERSION = os.environ.get("LANGCHAIN_OM_TEST_AI_LANGCHAIN_VERSION", "3")
+"""The ``@ai-sdk/langchain`` major that goes with ``ai`` 7 (its 2.x goes with ``ai`` 6)."""
 
 
 def require_node() -> str:
