@@ -161,3 +161,15 @@ def test_a_blank_user_id_from_the_langgraph_server_is_no_resource() -> None:
     assert ids_from_run_config({"configurable": {"thread_id": "t", "user_id": "  "}}) == ("t", None)
     assert ids_from_config({"configurable": {"thread_id": "t", "user_id": "ana"}}) == ("t", "ana")
     assert ids_from_config({"configurable": {"thread_id": "t", "resource_id": "r", "user_id": ""}}) == ("t", "r")
+
+
+def test_the_example_config_builds_a_deployment_image_recipe(tmp_path: Path) -> None:
+    """``langgraph dockerfile`` validates langgraph.json and installs the package from the repo root."""
+    cli = Path(sys.executable).parent / "langgraph"
+    target = tmp_path / "Dockerfile"
+    result = subprocess.run([str(cli), "dockerfile", str(target)], cwd=APP, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    recipe = target.read_text()
+    assert "examples/langgraph_app/agent.py:graph" in recipe
+    assert "Adding local package ../.." in recipe, "the image installs langchain-om itself"
