@@ -57,7 +57,7 @@ def langgraph_dev(tmp_path: Path, env: dict[str, str], *flags: str) -> Iterator[
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 45
+        deadline = time.monotonic() + 90  # ~5 s here; slow CI machines get slack
         while True:
             if process.poll() is not None:
                 pytest.fail(f"langgraph dev exited early:\n{(tmp_path / 'langgraph-dev.log').read_text()[-3000:]}")
