@@ -3,7 +3,7 @@
 ``graph.astream(inputs, config, stream_mode=["messages", "custom"])`` of any graph or
 ``create_agent`` agent yields model tokens (``messages``) and OM's data parts (``custom``).
 ``ui_message_chunks`` turns that into the chunks of the AI SDK's UI message stream protocol
-(``start``, ``start-step``, ``text-start``/``text-delta``/``text-end``, tool input/output,
+(``start``, ``start-step``, ``text-start``/``text-delta``/``text-end``, reasoning, tool input/output,
 ``data-om-*`` parts, ``finish-step``, ``finish``); ``ui_message_sse`` encodes them as the
 server-sent events the AI SDK client reads (``data: <json>`` lines ended by ``data: [DONE]``),
 and ``ui_message_response`` wraps that in a Starlette/FastAPI ``StreamingResponse`` with the
@@ -53,6 +53,22 @@ def _text_of(message: BaseMessage) -> str:
                    if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str))
 
 
+def _reasoning_of(message: BaseMessage) -> str:
+    """Reasoning a model streamed: standard ``reasoning`` blocks, Anthropic ``thinking`` blocks,
+    or ``additional_kwargs["reasoning_content"]`` (OpenAI-compatible servers)."""
+    parts: list[str] = []
+    if isinstance(message.content, list):
+        for block in message.content:
+            if isinstance(block, dict) and block.get("type") in ("reasoning", "thinking"):
+                value = block.get(block["type"])
+                if isinstance(value, str):
+                    parts.append(value)
+    extra = message.additional_kwargs.get("reasoning_content")
+    if isinstance(extra, str):
+        parts.append(extra)
+    return "".join(parts)
+
+
 def _data_part(payload: Any, keep_status: bool) -> dict[str, Any]:
     """A custom-stream payload as a UI data part.
 
@@ -79,6 +95,7 @@ class _Translator:
         self.keep_status = keep_status
         self.message_id: str | None = None  # the model message whose text is streaming
         self.text_open = False
+        self.reasoning_open = False
         self.step_open = False
         self.tool_chunks: dict[str, AIMessageChunk] = {}
         self.announced_tools: set[str] = set()
@@ -87,6 +104,7 @@ class _Translator:
     def close_message(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self.message_id is not None:
+            out.extend(self._close_reasoning())
             if self.text_open:
                 out.append({"type": "text-end", "id": self.message_id})
             gathered = self.tool_chunks.pop(self.message_id, None)
@@ -96,6 +114,12 @@ class _Translator:
             out.append({"type": "finish-step"})
         self.message_id, self.text_open, self.step_open = None, False, False
         return out
+
+    def _close_reasoning(self) -> list[dict[str, Any]]:
+        if not self.reasoning_open:
+            return []
+        self.reasoning_open = False
+        return [{"type": "reasoning-end", "id": f"{self.message_id}-reasoning"}]
 
     def _tool_inputs(self, calls: Sequence[Any]) -> list[dict[str, Any]]:
         out = []
@@ -117,8 +141,15 @@ class _Translator:
             self.message_id, self.step_open = message_id, True
             self.finish_reason = "stop"
             out.append({"type": "start-step"})
+        reasoning = _reasoning_of(message)
+        if reasoning:
+            if not self.reasoning_open:
+                self.reasoning_open = True
+                out.append({"type": "reasoning-start", "id": f"{message_id}-reasoning"})
+            out.append({"type": "reasoning-delta", "id": f"{message_id}-reasoning", "delta": reasoning})
         text = _text_of(message)
         if text:
+            out.extend(self._close_reasoning())  # the answer starts: the thinking is over
             if not self.text_open:
                 self.text_open = True
                 out.append({"type": "text-start", "id": message_id})

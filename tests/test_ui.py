@@ -278,3 +278,24 @@ async def test_ai_sdk_langchain_gets_data_om_parts_with_the_reference_fields(ai_
     nested = run_langchain_adapter(ai_sdk_langchain, plain)
     types = {p["type"] for p in nested["message"]["parts"] if p["type"].startswith("data-")}
     assert "data-data-om-status" in types
+
+
+async def test_reasoning_blocks_become_reasoning_parts_before_the_text() -> None:
+    from langchain_core.messages import AIMessageChunk
+
+    async def run() -> Any:
+        meta = {"langgraph_node": "model", "tags": []}
+        yield ("messages", (AIMessageChunk(content=[{"type": "thinking", "thinking": "The user "}], id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content=[{"type": "reasoning", "reasoning": "wants a price."}],
+                                           id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content="", additional_kwargs={"reasoning_content": " Check."},
+                                           id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content=[{"type": "text", "text": "12 dollars."}], id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content="observer", id="om"), {"tags": ["nostream", "langchain_om"]}))
+
+    chunks = [c async for c in ui_message_chunks(run(), message_id="m")]
+    assert [c["type"] for c in chunks] == [
+        "start", "start-step", "reasoning-start", "reasoning-delta", "reasoning-delta", "reasoning-delta",
+        "reasoning-end", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    assert "".join(c["delta"] for c in chunks if c["type"] == "reasoning-delta") == "The user wants a price. Check."
+    assert {c["id"] for c in chunks if c["type"].startswith("reasoning-")} == {"r1-reasoning"}
