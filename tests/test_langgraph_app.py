@@ -9,6 +9,7 @@ would, checks OM's ``data-om-*`` payloads on the custom stream and OM's state in
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +44,8 @@ def langgraph_dev(tmp_path: Path, env: dict[str, str], *flags: str) -> Iterator[
     if not cli.exists():
         pytest.fail('the langgraph CLI is missing: pip install "langgraph-cli[inmem]" (a test extra)', pytrace=False)
     port = free_port()
+    state_dir = APP / ".langgraph_api"  # the dev server's own store of threads and runs, in its cwd
+    had_state = state_dir.exists()
     log = (tmp_path / "langgraph-dev.log").open("w")
     environment = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
                    "LANGCHAIN_TRACING_V2": "false", "OM_EXAMPLE_MESSAGE_TOKENS": "300", **env,
@@ -79,6 +82,8 @@ def langgraph_dev(tmp_path: Path, env: dict[str, str], *flags: str) -> Iterator[
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=5)
         log.close()
+        if not had_state:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 async def stream_turns(url: str, turns: int, configurable: dict[str, Any] | None = None) -> tuple[str, list[Any]]:
