@@ -32,6 +32,24 @@ from .events import (
 
 logger = logging.getLogger("langchain_om.callbacks")
 
+STREAM_FORMAT_KEY = "om_stream_format"
+"""``config["configurable"]`` key choosing the shape OM writes to LangGraph's custom stream.
+
+Unset (or ``"part"``): the AI SDK data part itself, ``{"type": "data-om-…", "id", "data", "transient"?}``,
+which ``langchain_om.ui`` and ``langgraph_sdk`` clients read as is. ``"ai-sdk-langchain"``: the
+payload ``@ai-sdk/langchain``'s ``toUIMessageStream`` maps onto that part, ``{"type": "om-…",
+"id", ...reference fields}``, so its users get ``data-om-*`` parts whose ``data`` holds the
+reference fields (instead of ``data-data-om-*`` with them nested one level down).
+"""
+STREAM_FORMATS = ("part", "ai-sdk-langchain")
+
+
+def _stream_format(config: RunnableConfig | None) -> str:
+    value = ((config or {}).get("configurable") or {}).get(STREAM_FORMAT_KEY) or "part"
+    if value not in STREAM_FORMATS:
+        raise ValueError(f"configurable.{STREAM_FORMAT_KEY}: expected one of {STREAM_FORMATS}, got {value!r}")
+    return str(value)
+
 
 def _stream_writer(config: RunnableConfig | None) -> Any:
     """LangGraph's custom-stream writer for the current node, if we are inside one.
@@ -87,11 +105,13 @@ def _write(writer: Any, part: dict[str, Any], event_type: str) -> None:
 
 
 async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
-    """Emit each event as a LangChain custom event (name = type) and on ``stream_mode="custom"``."""
+    """Emit each event as a LangChain custom event (name = type) and on ``stream_mode="custom"``
+    (in the shape ``configurable.om_stream_format`` asks for)."""
     audience = _audience(config) if events else None
     if audience is None:
         return
     writer, in_run = audience
+    flat = _stream_format(config) == "ai-sdk-langchain"
     for event in events:
         part = event.to_part()
         if in_run:
@@ -102,7 +122,7 @@ async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | No
             except Exception:
                 logger.exception("langchain-om could not dispatch %s", event.type)
         if writer is not None:
-            _write(writer, part, event.type)
+            _write(writer, event.to_langchain_js_payload() if flat else part, event.type)
 
 
 def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
@@ -115,6 +135,7 @@ def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | Non
     if audience is None:
         return
     writer, in_run = audience
+    flat = _stream_format(config) == "ai-sdk-langchain"
     for event in events:
         part = event.to_part()
         if in_run:
@@ -125,7 +146,7 @@ def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | Non
             except Exception:
                 logger.exception("langchain-om could not dispatch %s", event.type)
         if writer is not None:
-            _write(writer, part, event.type)
+            _write(writer, event.to_langchain_js_payload() if flat else part, event.type)
 
 
 def _as_event(name: str, data: Any) -> OMEvent | None:

@@ -4,12 +4,19 @@ Each event is a pydantic model with ``type`` and ``data``. ``data`` uses
 snake_case attributes in Python and serialises with the reference page's
 camelCase names (``event.to_part()``), so a JavaScript client that already
 understands the upstream data parts reads them unchanged.
+
+On the wire a part also carries the two keys the AI SDK gives data parts a client can keep:
+``id`` (a part with the same type and id replaces the earlier one instead of piling up) and
+``transient`` (the part reaches ``onData`` only and is never stored in the message). The
+status part is one per thread and transient: it is a live gauge, not history. Every cycle
+part (start, end, failed, activation, title update) uses its ``cycleId`` as id, so the parts
+of one cycle share it and a re-sent part replaces itself.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -200,19 +207,49 @@ class TemporalMarkerData(_Data):
 
 
 class OMEvent(BaseModel):
-    """Base of every data part. ``to_part()`` gives the wire shape ``{"type", "data"}``."""
+    """Base of every data part. ``to_part()`` gives the wire shape ``{"type", "id", "data"[, "transient"]}``."""
 
     model_config = ConfigDict(extra="forbid")
     type: str
     data: _Data
 
+    transient: ClassVar[bool] = False
+    """Whether a client should only hear this part (``onData``) instead of keeping it in the message."""
+
+    @property
+    def part_id(self) -> str:
+        """The stable id a client keys the part by: the cycle's id for every cycle part."""
+        cycle_id = getattr(self.data, "cycle_id", None)
+        if not isinstance(cycle_id, str):  # pragma: no cover - every cycle event has one
+            raise TypeError(f"{type(self).__name__} has no cycle_id; it must define part_id")
+        return cycle_id
+
     def to_part(self) -> dict[str, Any]:
-        return {"type": self.type, "data": self.data.model_dump(mode="json", by_alias=True, exclude_none=True)}
+        part: dict[str, Any] = {"type": self.type, "id": self.part_id,
+                                "data": self.data.model_dump(mode="json", by_alias=True, exclude_none=True)}
+        if self.transient:
+            part["transient"] = True
+        return part
+
+    def to_langchain_js_payload(self) -> dict[str, Any]:
+        """The custom-stream payload ``@ai-sdk/langchain``'s ``toUIMessageStream`` turns into this very part.
+
+        That package names a part ``"data-" + payload.type``, keys it by ``payload.id`` and
+        sends the whole payload as ``data``; so the payload is the reference fields with
+        ``type`` (without the ``data-`` prefix) and ``id`` beside them.
+        """
+        data = self.data.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {"type": self.type.removeprefix("data-"), "id": self.part_id, **data}
 
 
 class StatusEvent(OMEvent):
     type: Literal["data-om-status"] = "data-om-status"
     data: StatusData
+    transient: ClassVar[bool] = True
+
+    @property
+    def part_id(self) -> str:
+        return f"om-status:{self.data.thread_id}"
 
 
 class ObservationStartEvent(OMEvent):
@@ -259,6 +296,10 @@ class TemporalMarkerEvent(OMEvent):
     type: Literal["data-om-temporal-marker"] = "data-om-temporal-marker"
     data: TemporalMarkerData
 
+    @property
+    def part_id(self) -> str:
+        return f"om-temporal-marker:{self.data.message_id}"
+
 
 EVENT_TYPES: dict[str, type[OMEvent]] = {
     cls.model_fields["type"].default: cls
@@ -278,7 +319,7 @@ EVENT_TYPES: dict[str, type[OMEvent]] = {
 
 
 def parse_event(part: dict[str, Any]) -> OMEvent:
-    """Read a wire-shape data part back into its typed event."""
+    """Read a wire-shape data part back into its typed event (``id`` and ``transient`` follow from it)."""
     cls = EVENT_TYPES.get(str(part.get("type")))
     if cls is None:
         raise ValueError(f"type: unknown OM event type {part.get('type')!r}")

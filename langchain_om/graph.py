@@ -77,8 +77,15 @@ def ids_from_config(config: RunnableConfig | None) -> tuple[str, str | None]:
         )
     resource_id = configurable.get("resource_id")
     if resource_id is None:
-        resource_id = configurable.get("user_id")
+        resource_id = user_id_alias(configurable)
     return str(thread_id), (str(resource_id) if resource_id is not None else None)
+
+
+def user_id_alias(configurable: Mapping[str, Any]) -> Any:
+    """``configurable["user_id"]``, or None when it is unset or blank: the LangGraph server puts
+    the authenticated user's name there, an empty string when the deployment has no auth."""
+    user_id = configurable.get("user_id")
+    return None if isinstance(user_id, str) and not user_id.strip() else user_id
 
 
 def _state_messages(state: Any, key: str) -> list[BaseMessage]:

@@ -772,7 +772,9 @@ def ids_from_run_config(config: RunnableConfig | None) -> tuple[str | None, str 
     thread = configurable.get("thread_id")
     resource = configurable.get("resource_id")
     if resource is None:
-        resource = configurable.get("user_id")
+        from .graph import user_id_alias
+
+        resource = user_id_alias(configurable)
     return (str(thread) if thread is not None else None, str(resource) if resource is not None else None)
 
 

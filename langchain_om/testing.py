@@ -12,15 +12,15 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.ai import UsageMetadata
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
@@ -410,6 +410,52 @@ class ScriptedAgentModel(_ScriptedBase):
     model_name: str = "scripted-agent"
     tool_calls_on: dict[int, tuple[str, dict[str, Any]]] = Field(default_factory=dict)
     reply_prefix: str = "Noted"
+    stream_tokens: bool = False
+    """Stream a text reply word by word (as a provider streams tokens), so ``stream_mode="messages"``
+    and UI adapters see several chunks; off by default, when the reply arrives whole."""
+
+    def _chunks(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> list[ChatGenerationChunk]:
+        result = self._finish(messages, self._reply(messages, self._record(messages, kwargs)))
+        reply = cast(AIMessage, result.generations[0].message)
+        text = reply.content if isinstance(reply.content, str) else ""
+        if reply.tool_calls or not text:
+            return [ChatGenerationChunk(message=AIMessageChunk(
+                content=reply.content, tool_calls=reply.tool_calls, usage_metadata=reply.usage_metadata,
+                response_metadata=reply.response_metadata))]
+        words = re.findall(r"\S+\s*|\s+", text)
+        chunks = [ChatGenerationChunk(message=AIMessageChunk(content=word)) for word in words]
+        chunks[-1] = ChatGenerationChunk(message=AIMessageChunk(
+            content=words[-1], usage_metadata=reply.usage_metadata, response_metadata=reply.response_metadata,
+            chunk_position="last"))
+        return chunks
+
+    def _should_stream(self, *, async_api: bool, run_manager: Any = None, **kwargs: Any) -> bool:
+        return self.stream_tokens and super()._should_stream(async_api=async_api, run_manager=run_manager, **kwargs)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for chunk in self._chunks(messages, kwargs):
+            if run_manager is not None:
+                run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
+            yield chunk
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in self._chunks(messages, kwargs):
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
+            yield chunk
+            await asyncio.sleep(0)
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
         if index in self.tool_calls_on:

@@ -393,3 +393,68 @@ async def test_console_handler_in_a_real_run(store: OMStore) -> None:
     lines = [line for line in out.getvalue().splitlines() if line.startswith("OM step 20 ")]
     assert lines and f"messages {handler.status.windows.active.messages.tokens}/600" in lines[0]
     assert status.windows.active.messages.threshold == 600
+
+
+# --------------------------------------------------------------------------- parts a client can keep
+
+
+def test_wire_parts_carry_a_stable_id_and_status_is_transient() -> None:
+    """The AI SDK keys a data part by (type, id) and keeps a transient one out of the message:
+    the status gauge is one transient part per thread; every cycle part is keyed by its cycleId."""
+    for event in full_events():
+        part = event.to_part()
+        data = part["data"]
+        if event.type == "data-om-status":
+            assert set(part) == {"type", "id", "data", "transient"}
+            assert part["id"] == "om-status:t1" and part["transient"] is True
+        else:
+            assert set(part) == {"type", "id", "data"}, "no transient key: the client keeps the part"
+            assert part["id"] == data["cycleId"] == "c1"
+        assert set(data) == EXPECTED_KEYS[event.type] | (STATUS_EXTENSIONS if event.type == "data-om-status"
+                                                         else set()), "reference fields unchanged"
+        assert parse_event(part) == event
+        flat = event.to_langchain_js_payload()
+        assert flat == {"type": event.type.removeprefix("data-"), "id": part["id"], **data}
+
+
+async def test_custom_stream_ids_in_a_real_run_and_the_ai_sdk_langchain_shape(store: OMStore) -> None:
+    om = make_om(store)
+    graph = graph_for(om)
+    parts: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    for thread in ("a", "b"):
+        config: RunnableConfig = {"configurable": {"thread_id": thread}}
+        for i in range(25):
+            async for chunk in graph.astream({"messages": [user_turn(i)]}, config, stream_mode="custom"):
+                parts[thread].append(chunk)
+            await om.await_background()
+    for thread, seen in parts.items():
+        statuses = [p for p in seen if p["type"] == "data-om-status"]
+        assert len(statuses) == 25
+        assert {p["id"] for p in statuses} == {f"om-status:{thread}"}, "one status part per thread"
+        assert all(p["transient"] is True for p in statuses)
+        cycles = [p for p in seen if p["type"] != "data-om-status"]
+        assert {p["type"] for p in cycles} >= {"data-om-buffering-start", "data-om-buffering-end",
+                                               "data-om-activation"}
+        for part in cycles:
+            assert part["id"] == part["data"]["cycleId"] and "transient" not in part
+        ends = {p["id"] for p in cycles if p["type"].endswith(("-end", "-failed"))}
+        starts = {p["id"] for p in cycles if p["type"].endswith("-start")}
+        assert ends <= starts, "an end or failure is keyed like the start of its cycle"
+
+    # configurable.om_stream_format="ai-sdk-langchain": the payload @ai-sdk/langchain maps to data-om-*
+    flat_config: RunnableConfig = {"configurable": {"thread_id": "flat", "om_stream_format": "ai-sdk-langchain"}}
+    flat: list[dict[str, Any]] = []
+    async for chunk in graph.astream({"messages": [user_turn(0)]}, flat_config, stream_mode="custom"):
+        flat.append(chunk)
+    assert flat and flat[0]["type"] == "om-status" and flat[0]["id"] == "om-status:flat"
+    assert {"windows", "recordId", "threadId", "stepNumber", "generationCount"} <= set(flat[0])
+    assert "data" not in flat[0]
+
+    bad: RunnableConfig = {"configurable": {"thread_id": "bad", "om_stream_format": "xml"}}
+    try:
+        async for _ in graph.astream({"messages": [user_turn(0)]}, bad, stream_mode="custom"):
+            pass
+    except ValueError as exc:
+        assert "om_stream_format" in str(exc)
+    else:
+        raise AssertionError("an unknown stream format must be refused")

@@ -1,0 +1,301 @@
+"""The AI SDK UI message stream adapter (issue 18, point 2), checked with the AI SDK's own client.
+
+A ``create_agent`` agent with OM's middleware and a tool is served by Starlette through
+``ui_message_response``; ``tests/js/chat_client.mjs`` runs the ``ai`` package's chat engine
+(what ``useChat`` uses: DefaultChatTransport, the SSE parser, the chunk schema and
+processUIMessageStream) over real HTTP, turn after turn, and reports the messages it kept and
+the parts it heard through ``onData``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AnyMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from ui_client import AI_LANGCHAIN_VERSION, install_ai, require_node, run_chat, run_langchain_adapter, serve
+
+from langchain_om.engine import ObservationalMemory
+from langchain_om.graph import add_observational_memory
+from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.store.memory import InMemoryStore
+from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
+from langchain_om.ui import UI_MESSAGE_STREAM_HEADERS, last_user_message, ui_message_chunks, ui_message_response
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+@tool
+def lookup_price(item: str) -> str:
+    """Look up the price of an item."""
+    return f"{item} costs 12 dollars"
+
+
+def make_agent(**observation: Any) -> Any:
+    om = ObservationalMemory(
+        InMemoryStore(), model=ScriptedObserverModel(), token_counter="estimator",
+        observation={"message_tokens": 500, **observation}, reflection={"observation_tokens": 900},
+    )
+    # every fourth model call asks for the tool, so some turns take two steps (two status parts)
+    model = ScriptedAgentModel(stream_tokens=True,
+                               tool_calls_on={i: ("lookup_price", {"item": f"item {i}"}) for i in range(0, 200, 4)})
+    return create_agent(model, [lookup_price], middleware=[ObservationalMemoryMiddleware(om)],
+                        checkpointer=InMemorySaver())
+
+
+def turn_text(i: int) -> str:
+    return f"Turn {i}: I prefer option {i} and my budget is {i * 10} dollars. " + "context " * 25
+
+
+def chat_app(agents: dict[str, Any], keep_status: dict[str, bool]) -> Starlette:
+    """The server a useChat frontend talks to: one POST route per agent."""
+
+    async def chat(request: Request) -> Response:
+        name = request.path_params["name"]
+        body = await request.json()
+        config = {"configurable": {"thread_id": body["id"]}}
+        stream = agents[name].astream({"messages": [last_user_message(body)]}, config,
+                                      stream_mode=["messages", "custom"])
+        return ui_message_response(stream, keep_status=keep_status[name])
+
+    return Starlette(routes=[Route("/api/{name}", chat, methods=["POST"])])
+
+
+@pytest.fixture(scope="session")
+def ai_sdk(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``npm install ai`` once per test session."""
+    require_node()
+    return install_ai(tmp_path_factory.mktemp("ai-sdk"))
+
+
+@pytest.fixture(scope="session")
+def ai_sdk_langchain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``npm install ai @ai-sdk/langchain`` and its peers once per test session."""
+    require_node()
+    return install_ai(tmp_path_factory.mktemp("ai-sdk-langchain"), f"@ai-sdk/langchain@{AI_LANGCHAIN_VERSION}",
+                      "@langchain/core", "@langchain/langgraph")
+
+
+# --------------------------------------------------------------------------- without a client
+
+
+async def test_chunks_of_a_create_agent_run_follow_the_protocol() -> None:
+    agent = make_agent()
+    config = {"configurable": {"thread_id": "py"}}
+    chunks = [c async for c in ui_message_chunks(
+        agent.astream({"messages": [HumanMessage("What does a lamp cost?")]}, config,
+                      stream_mode=["messages", "custom"]), message_id="m1")]
+    types = [c["type"] for c in chunks]
+    assert chunks[0] == {"type": "start", "messageId": "m1"}
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    assert types.count("start-step") == types.count("finish-step") == 2, "tool call step, answer step"
+    call = next(c for c in chunks if c["type"] == "tool-input-available")
+    assert call["toolName"] == "lookup_price" and call["input"] == {"item": "item 0"}
+    output = next(c for c in chunks if c["type"] == "tool-output-available")
+    assert output["toolCallId"] == call["toolCallId"] and output["output"] == "item 0 costs 12 dollars"
+    deltas = [c["delta"] for c in chunks if c["type"] == "text-delta"]
+    assert len(deltas) > 3, "the model's tokens stream one by one"
+    assert "".join(deltas).startswith("Based on lookup_price: item 0 costs 12 dollars")
+    text_ids = {c["id"] for c in chunks if c["type"].startswith("text-")}
+    assert len(text_ids) == 1
+    statuses = [c for c in chunks if c["type"] == "data-om-status"]
+    assert len(statuses) == 2 and {s["id"] for s in statuses} == {"om-status:py"}
+    assert all(s["transient"] is True for s in statuses)
+    assert set(statuses[0]) == {"type", "id", "data", "transient"}
+    assert {"windows", "recordId", "threadId", "stepNumber", "generationCount"} <= set(statuses[0]["data"])
+
+
+async def test_chunks_of_a_graph_with_om_nodes() -> None:
+    """A StateGraph wired with add_observational_memory: only the agent's tokens become text,
+    whatever OM's nodes write to the state; OM's parts arrive in between."""
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(), token_counter="estimator",
+                             observation={"message_tokens": 400, "buffer_tokens": False})
+    model = ScriptedAgentModel(stream_tokens=True)
+
+    async def agent(state: State) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    add_observational_memory(builder, om)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    seen: set[str] = set()
+    for i in range(10):
+        chunks = [c async for c in ui_message_chunks(graph.astream(
+            {"messages": [HumanMessage(turn_text(i))]}, {"configurable": {"thread_id": "g"}},
+            stream_mode=["messages", "custom"]))]
+        text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+        assert text.startswith("Noted (turn") and f'you said "Turn {i}:' in text, text
+        assert [c["type"] for c in chunks].count("text-start") == 1
+        assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+        seen.update(c["type"] for c in chunks if c["type"].startswith("data-om-"))
+    assert {"data-om-status", "data-om-observation-start", "data-om-observation-end"} <= seen, seen
+
+
+async def test_a_failing_run_ends_with_an_error_chunk_and_sse_framing() -> None:
+    from langchain_om.ui import ui_message_sse
+
+    async def broken() -> Any:
+        yield ("custom", {"type": "progress", "id": "p1", "value": 1})
+        raise RuntimeError("model unreachable")
+
+    events = [e async for e in ui_message_sse(broken(), message_id="m")]
+    assert all(e.startswith("data: ") and e.endswith("\n\n") for e in events)
+    assert events[-1] == "data: [DONE]\n\n"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[1] == {"type": "data-progress", "id": "p1", "data": {"type": "progress", "id": "p1", "value": 1}}
+    assert chunks[-1] == {"type": "error", "errorText": "RuntimeError: model unreachable"}
+
+    async def wrong_mode() -> Any:
+        yield {"messages": []}
+
+    with pytest.raises(TypeError, match="stream_mode"):
+        _ = [c async for c in ui_message_chunks(wrong_mode())]
+
+
+def test_last_user_message_reads_a_use_chat_body() -> None:
+    body = {"id": "chat", "messages": [
+        {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+        {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "hello"}]},
+        {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "price "}, {"type": "text", "text": "?"}]},
+    ]}
+    message = last_user_message(body)
+    assert message.content == "price ?" and message.id == "u2"
+    with pytest.raises(ValueError, match="messages"):
+        last_user_message({"messages": "nope"})
+    with pytest.raises(ValueError, match="no user message"):
+        last_user_message({"messages": []})
+
+
+# --------------------------------------------------------------------------- the AI SDK's own client
+
+
+def data_parts(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [p for p in message["parts"] if p["type"] == kind]
+
+
+def test_the_ai_sdk_chat_client_reads_text_status_and_cycle_parts(ai_sdk: Path) -> None:
+    turns = [turn_text(i) for i in range(16)]
+    agents = {"buffered": make_agent(), "kept": make_agent(), "sync": make_agent(buffer_tokens=False)}
+    app = chat_app(agents, {"buffered": False, "kept": True, "sync": False})
+    with serve(app) as base:
+        buffered = run_chat(ai_sdk, f"{base}/api/buffered", "chat-buffered", turns)
+        kept = run_chat(ai_sdk, f"{base}/api/kept", "chat-kept", turns)
+        sync = run_chat(ai_sdk, f"{base}/api/sync", "chat-sync", turns)
+
+    for result in (buffered, kept, sync):
+        assert result["errors"] == [] and result["status"] == "ready", result["errors"]
+        assert result["contentTypes"][0] == ["text/event-stream",
+                                             UI_MESSAGE_STREAM_HEADERS["x-vercel-ai-ui-message-stream"]]
+        messages = result["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant"] * len(turns)
+        for i, answer in enumerate(messages[1::2]):
+            text = "".join(p["text"] for p in answer["parts"] if p["type"] == "text")
+            assert f'you said "Turn {i}:' in text or text.startswith("Based on lookup_price"), text
+            assert all(p.get("state") == "done" for p in answer["parts"] if p["type"] == "text")
+
+    # default: status is transient, so the client hears every one through onData and keeps none
+    heard = [p for p in buffered["onData"] if p["type"] == "data-om-status"]
+    assert len(heard) >= len(turns) + 4, "one per step, tool turns have two"
+    assert {p["id"] for p in heard} == {"om-status:chat-buffered"}
+    assert [p["data"]["stepNumber"] for p in heard] == sorted(p["data"]["stepNumber"] for p in heard)
+    assert not any(data_parts(m, "data-om-status") for m in buffered["messages"])
+
+    # keep_status=True: exactly one status part per answer, replaced in place by the newest step
+    kept_heard = [p for p in kept["onData"] if p["type"] == "data-om-status"]
+    answers = kept["messages"][1::2]
+    for answer in answers:
+        statuses = data_parts(answer, "data-om-status")
+        assert len(statuses) == 1 and statuses[0]["id"] == "om-status:chat-kept"
+    tool_turn = answers[0]  # the first call asks for the tool: two steps, two statuses, one part
+    assert [p["type"] for p in tool_turn["parts"] if p["type"].startswith("dynamic-tool")] == ["dynamic-tool"]
+    assert kept_heard[1]["data"]["stepNumber"] == 2
+    assert data_parts(tool_turn, "data-om-status")[0]["data"] == kept_heard[1]["data"], "the second replaced the first"
+    assert data_parts(answers[-1], "data-om-status")[0]["data"] == kept_heard[-1]["data"]
+
+    # cycle parts are kept, keyed by their cycleId, with the reference fields in data
+    kept_parts = [p for m in buffered["messages"] for p in m["parts"] if p["type"].startswith("data-om-")]
+    kinds = {p["type"] for p in kept_parts}
+    assert {"data-om-buffering-start", "data-om-buffering-end", "data-om-activation"} <= kinds, kinds
+    for part in kept_parts:
+        assert part["id"] == part["data"]["cycleId"]
+    activation = next(p for p in kept_parts if p["type"] == "data-om-activation")
+    assert activation["data"]["chunksActivated"] >= 1 and activation["data"]["observations"]
+    sync_parts = [p for m in sync["messages"] for p in m["parts"] if p["type"].startswith("data-om-observation")]
+    starts = {p["id"] for p in sync_parts if p["type"] == "data-om-observation-start"}
+    ends = [p for p in sync_parts if p["type"] == "data-om-observation-end"]
+    assert ends and {p["id"] for p in ends} <= starts, "end keyed like its start"
+    assert ends[0]["data"]["tokensObserved"] > 0 and "Date:" in ends[0]["data"]["observations"]
+
+
+async def test_ai_sdk_langchain_gets_data_om_parts_with_the_reference_fields(ai_sdk_langchain: Path) -> None:
+    """``@ai-sdk/langchain`` names a custom payload's part ``data-`` + payload.type and sends the
+    whole payload as data. With ``configurable.om_stream_format="ai-sdk-langchain"`` its users get
+    ``data-om-*`` parts holding the reference fields, keyed by OM's ids (status replaced in place)."""
+    agent = make_agent()
+    events: list[Any] = []
+    plain: list[Any] = []
+    for i in range(12):
+        config = {"configurable": {"thread_id": "lc", "om_stream_format": "ai-sdk-langchain"}}
+        async for mode, chunk in agent.astream({"messages": [HumanMessage(turn_text(i))]}, config,
+                                               stream_mode=["custom"]):
+            events.append([mode, chunk])
+    async for mode, chunk in agent.astream({"messages": [HumanMessage(turn_text(0))]},
+                                           {"configurable": {"thread_id": "lc-plain"}}, stream_mode=["custom"]):
+        plain.append([mode, chunk])
+
+    result = run_langchain_adapter(ai_sdk_langchain, events)
+    assert result["errors"] == []
+    parts = [p for p in result["message"]["parts"] if p["type"].startswith("data-")]
+    assert all(p["type"].startswith("data-om-") for p in parts), {p["type"] for p in parts}
+    statuses = [p for p in parts if p["type"] == "data-om-status"]
+    assert len(statuses) == 1 and statuses[0]["id"] == "om-status:lc", "one status part, replaced in place"
+    status = statuses[0]["data"]
+    assert {"windows", "recordId", "threadId", "stepNumber", "generationCount"} <= set(status)
+    assert status["stepNumber"] == sum(1 for _, c in events if c["type"] == "om-status"), "the newest one"
+    assert {"data-om-buffering-start", "data-om-buffering-end", "data-om-activation"} <= {p["type"] for p in parts}
+    for part in parts:
+        if part["type"] != "data-om-status":
+            assert part["id"] == part["data"]["cycleId"]
+            assert part["data"]["type"] == part["type"].removeprefix("data-"), "the payload's own name rides along"
+
+    # without the option the same package nests the part one level down, as the issue observed
+    nested = run_langchain_adapter(ai_sdk_langchain, plain)
+    types = {p["type"] for p in nested["message"]["parts"] if p["type"].startswith("data-")}
+    assert "data-data-om-status" in types
+
+
+async def test_reasoning_blocks_become_reasoning_parts_before_the_text() -> None:
+    from langchain_core.messages import AIMessageChunk
+
+    async def run() -> Any:
+        meta = {"langgraph_node": "model", "tags": []}
+        yield ("messages", (AIMessageChunk(content=[{"type": "thinking", "thinking": "The user "}], id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content=[{"type": "reasoning", "reasoning": "wants a price."}],
+                                           id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content="", additional_kwargs={"reasoning_content": " Check."},
+                                           id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content=[{"type": "text", "text": "12 dollars."}], id="r1"), meta))
+        yield ("messages", (AIMessageChunk(content="observer", id="om"), {"tags": ["nostream", "langchain_om"]}))
+
+    chunks = [c async for c in ui_message_chunks(run(), message_id="m")]
+    assert [c["type"] for c in chunks] == [
+        "start", "start-step", "reasoning-start", "reasoning-delta", "reasoning-delta", "reasoning-delta",
+        "reasoning-end", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    assert "".join(c["delta"] for c in chunks if c["type"] == "reasoning-delta") == "The user wants a price. Check."
+    assert {c["id"] for c in chunks if c["type"].startswith("reasoning-")} == {"r1-reasoning"}
