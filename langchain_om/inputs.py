@@ -20,6 +20,7 @@ changed messages) in Python work, and never reads the stored history.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -141,8 +142,11 @@ def sort_inputs(
 def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:
     """The stored form of an edit of an observed message: a new row the Observer reads as a correction."""
     fingerprint = message_fingerprint(message)
+    original = str(message.id)
+    if len(original) > 400:  # ids are at most 512 characters: a long one is named by its digest
+        original = hashlib.sha1(original.encode("utf-8", "surrogatepass")).hexdigest()
     note = ChatMessage(
-        content=message.content, role=EDIT_ROLE, id=f"{message.id}~edit~{fingerprint}",
+        content=message.content, role=EDIT_ROLE, id=f"{original}~edit~{fingerprint}",
         additional_kwargs={EDIT_OF: message.id, EDIT_TYPE: message.type},
         response_metadata={CACHE_KEY: {"content_hash": fingerprint}},
     )
