@@ -67,16 +67,18 @@ def tool_results_in(call: Sequence[BaseMessage]) -> list[str]:
 # ------------------------------------------------------------------ the unanswered round
 
 
-@pytest.mark.parametrize("buffering", [True, False])
-async def test_middleware_model_reads_a_big_tool_result_verbatim(store: OMStore, buffering: bool) -> None:
+@pytest.mark.parametrize(("buffering", "keep_in_state"), [(True, "unobserved"), (False, "unobserved"),
+                                                          (True, "turn")])
+async def test_middleware_model_reads_a_big_tool_result_verbatim(store: OMStore, buffering: bool,
+                                                                  keep_in_state: Any) -> None:
     observation: dict[str, Any] = {"message_tokens": 300}
     if not buffering:
         observation["buffer_tokens"] = False
     om = make_om(store, observation=observation)
     # every second model call asks for the report; the call after it must read the result
     model = ScriptedAgentModel(tool_calls_on={i: ("fetch_report", {"name": f"r{i}"}) for i in range(0, 40, 2)})
-    agent = create_agent(model, [fetch_report], middleware=[ObservationalMemoryMiddleware(om)],
-                         checkpointer=InMemorySaver())
+    agent = create_agent(model, [fetch_report], checkpointer=InMemorySaver(),
+                         middleware=[ObservationalMemoryMiddleware(om, keep_in_state=keep_in_state)])
     config: RunnableConfig = {"configurable": {"thread_id": "t-tool", "resource_id": "alice"}}
     for i in range(8):
         await agent.ainvoke({"messages": [HumanMessage(f"Turn {i}: please fetch report r{i}. " + "words " * 40)]},
