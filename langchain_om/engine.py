@@ -273,6 +273,7 @@ class ObservationalMemory:
         self._is_setup = False
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
         self._known_ids: dict[str, set[str]] = {}
+        self._thread_born: OrderedDict[str, datetime] = OrderedDict()  # thread incarnation seen by the caches
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
@@ -327,6 +328,22 @@ class ObservationalMemory:
         return thread_id if self.config.scope == "thread" else None
 
     # ------------------------------------------------------------ persistence
+
+    async def _ensure_thread(self, resource_id: str, thread_id: str) -> None:
+        """Create the thread on its first step here; on later steps check, with a one-row read,
+        that it is still the incarnation this worker's caches describe. Another worker may have
+        deleted and re-created it, and clients reuse message ids (``msg-1``): matched against the
+        old incarnation's ids, the new messages would silently never be stored."""
+        cache_key = record_key(resource_id, thread_id)
+        born = self._thread_born.get(cache_key)
+        if born is not None and cache_key in self._known_ids:
+            thread = await self.store.aget_thread(resource_id, thread_id)
+            if thread is not None and thread.created_at == born:
+                return
+        for cache in (self._known_ids, self._message_cache, self._windows):
+            cache.pop(cache_key, None)
+        thread = await self.store.aensure_thread(resource_id, thread_id)
+        _lru_put(self._thread_born, cache_key, thread.created_at, _THREAD_CACHE_LIMIT)
 
     async def _persist(
         self, resource_id: str, thread_id: str, messages: Sequence[BaseMessage], now: datetime
@@ -512,8 +529,7 @@ class ObservationalMemory:
         run = _check_phases(phases)
         await self._ensure_setup()
         moment = now or self._clock()
-        if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here
-            await self.store.aensure_thread(resource, thread_id)
+        await self._ensure_thread(resource, thread_id)
         await self._persist(resource, thread_id, messages, moment)
         key = record_key(resource, self._record_thread(thread_id))
         step = _StepState(resource, thread_id, key, moment, [], current_model, config)
@@ -953,8 +969,7 @@ class ObservationalMemory:
         """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now."""
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
-        if record_key(resource, thread_id) not in self._known_ids:  # as in aprocess: checked once per thread
-            await self.store.aensure_thread(resource, thread_id)
+        await self._ensure_thread(resource, thread_id)
         await self._persist(resource, thread_id, messages, self._clock())
         if not (self.config.buffering_enabled and self.config.observation.buffer_on_idle):
             return

@@ -345,7 +345,8 @@ class SQLiteStore:
 
     async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        return await self._run(lambda conn: self._select_thread(conn, resource_id, thread_id))
+        # a one-row read on every agent step (the engine's thread incarnation check): inline
+        return await self._run_inline(lambda conn: self._select_thread(conn, resource_id, thread_id))
 
     async def aupdate_thread(
         self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
