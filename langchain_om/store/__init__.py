@@ -24,6 +24,7 @@ from .base import (
     StoreError,
     SupportsRecordStamp,
     ThreadInfo,
+    ValueUpdate,
     check_id,
     record_key,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "StoredMessage",
     "SupportsRecordStamp",
     "ThreadInfo",
+    "ValueUpdate",
     "check_id",
     "default_store",
     "record_key",

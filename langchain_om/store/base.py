@@ -12,7 +12,7 @@ twice on any backend.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -185,6 +185,11 @@ def total_tokens(rows: Iterable[StoredMessage]) -> int:
 _TOKENS = attrgetter("tokens")
 
 
+ValueUpdate = Callable[[Any], Any]
+"""``aupdate_value``'s function: the stored value (or None) -> the value to store. It runs
+inside the store's write transaction, so it must be quick and must not call the store."""
+
+
 RecordStamp = tuple[int, datetime]
 """A stored record's ``(version, updated_at)``: both change on every commit, so an equal stamp
 means the same stored record (a deleted and recreated record restarts its version but not its clock)."""
@@ -329,3 +334,10 @@ class OMStore(Protocol):
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         """Store a JSON-serialisable value (replacing any previous one)."""
+
+    async def aupdate_value(
+        self, resource_id: str, namespace: str, key: str, update: ValueUpdate
+    ) -> Any:
+        """Store ``update(current)`` (``current`` is None when missing) as one atomic read-modify-write,
+        so two concurrent updates (two fields merged into one document) both survive; returns
+        the stored value. If ``update`` raises, or returns what JSON cannot hold, nothing is written."""

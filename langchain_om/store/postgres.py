@@ -39,6 +39,7 @@ from .base import (
     StoredMessage,
     StoreError,
     ThreadInfo,
+    ValueUpdate,
     check_id,
     record_key,
     utcnow,
@@ -598,10 +599,36 @@ class PostgresStore:
             row = await cur.fetchone()
         return u.from_jsonb_safe(row["value"]) if row is not None else None
 
+    async def _lock_value(self, cur: Cursor, slot: tuple[str, str, str]) -> None:
+        """Serialise writers of one value (a missing row has nothing ``FOR UPDATE`` could lock)."""
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("langchain_om.kv\x1f" + "\x1f".join(slot),))
+
+    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
+        """Read, apply ``update`` and write in one transaction under the value's advisory lock."""
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        apply = u.check_update(update)
+        async with self._tx() as cur:
+            await self._lock_value(cur, slot)
+            await cur.execute(
+                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
+            )
+            row = await cur.fetchone()
+            value = u.json_roundtrip(apply(u.from_jsonb_safe(row["value"]) if row is not None else None), "value")
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+                ),
+                (*slot, _jsonb(value, "value"), utcnow()),
+            )
+        return value
+
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
         encoded = _jsonb(value, "value")
         async with self._tx() as cur:
+            await self._lock_value(cur, slot)
             await cur.execute(
                 self._q(
                     "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "

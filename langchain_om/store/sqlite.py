@@ -38,6 +38,7 @@ from .base import (
     StoredMessage,
     StoreError,
     ThreadInfo,
+    ValueUpdate,
     check_id,
     record_key,
     utcnow,
@@ -644,6 +645,29 @@ class SQLiteStore:
                 )
 
         await self._run(run)
+
+
+    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
+        """Read, apply ``update`` and write in one ``BEGIN IMMEDIATE`` transaction (other
+        connections and processes wait for the write lock, so no update is lost)."""
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        apply = u.check_update(update)
+
+        def run(conn: sqlite3.Connection) -> Any:
+            with _immediate(conn):
+                row = conn.execute(
+                    "SELECT value FROM kv WHERE resource_id = ? AND namespace = ? AND key = ?", slot
+                ).fetchone()
+                text = u.dumps(apply(json.loads(row[0]) if row is not None else None), "value")
+                conn.execute(
+                    "INSERT INTO kv (resource_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = excluded.value, updated_at = excluded.updated_at",
+                    (*slot, text, u.iso(utcnow())),
+                )
+                return json.loads(text)
+
+        return await self._run(run)
 
 
 @contextmanager
