@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from .config import OMConfigError
 from .events import ExtractionFailure
+from .fence import neutralise
 from .store.base import OMRecord
 
 if TYPE_CHECKING:
@@ -516,10 +517,10 @@ def structured_prompt(extractor: Extractor, ctx: ExtractionContext) -> list[Base
     )
     parts = [f"<input kind=\"{what}\">\n{ctx.get('input_text', '')}\n</input>"]
     if ctx.get("observations"):
-        parts.append(f"<new-observations>\n{ctx['observations']}\n</new-observations>")
+        parts.append(f"<new-observations>\n{neutralise(ctx['observations'])}\n</new-observations>")
     if extractor.include_previous_extraction and ctx.get("previous_value") is not None:
         parts.append(
-            "<previous-value>\n" + _show(ctx["previous_value"]) + "\n</previous-value>\n"
+            "<previous-value>\n" + neutralise(_show(ctx["previous_value"])) + "\n</previous-value>\n"
             "Keep what is still true from the previous value and update what changed."
         )
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(parts))]

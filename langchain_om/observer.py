@@ -25,6 +25,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from .fence import neutralise
 from .messages import message_timestamp
 from .store.base import StoredMessage
 
@@ -410,7 +411,7 @@ def _extractor_prompt(extractors: Sequence[tuple[str, str, str | None]]) -> str:
 
 
 def _extractor_previous(extractors: Sequence[tuple[str, str, str | None]]) -> str:
-    blocks = [f"<previous-{slug}>\n{prev}\n</previous-{slug}>" for slug, _, prev in extractors if prev]
+    blocks = [f"<previous-{slug}>\n{neutralise(prev)}\n</previous-{slug}>" for slug, _, prev in extractors if prev]
     return "\n".join(blocks)
 
 
@@ -451,7 +452,7 @@ def build_observer_messages(
     if previous_observations.strip():
         sections.append(
             "Previous observations (context only; do not repeat these):\n"
-            f"<previous-observations>\n{previous_observations.strip()}\n</previous-observations>"
+            f"<previous-observations>\n{neutralise(previous_observations.strip())}\n</previous-observations>"
         )
     else:
         sections.append("There are no previous observations yet.")
@@ -581,7 +582,7 @@ def _clean_value(value: str | None, *, single_line: bool = False) -> str | None:
         return None
     if _PLACEHOLDER_RE.search(cleaned):
         return None
-    return cleaned
+    return neutralise(cleaned)
 
 
 @dataclass
@@ -604,7 +605,7 @@ def parse_tagged_output(text: str, *, inline_slugs: Sequence[str], error: type[V
         if fallback:
             warnings.append("no <observations> tag; used the Date/bullet lines of the reply")
         raw_obs = fallback
-    observations = clean_observation_lines(raw_obs)
+    observations = neutralise(clean_observation_lines(raw_obs))
     if not has_observation_content(observations):
         preview = " ".join(text.split())[:120]
         raise error(f"{who} reply has no usable observations (got: {preview!r})")

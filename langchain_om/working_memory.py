@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .config import OMConfigError
 from .extractors import ExtractionContext, Extractor
+from .fence import neutralise
 from .recall import ids_from_run_config
 from .store.base import OMRecord, utcnow
 
@@ -253,7 +254,7 @@ class WorkingMemory:
                      " with the update; do not mention the tool to the user.")
         else:
             lead += " It is kept up to date automatically; you never need to edit it."
-        return f"{lead}\n\n<working-memory>\n{body}\n</working-memory>"
+        return f"{lead}\n\n<working-memory>\n{neutralise(body)}\n</working-memory>"
 
     async def section(self, memory: ObservationalMemory, record: OMRecord, resource_id: str,
                       thread_id: str) -> str | None:
