@@ -105,6 +105,13 @@ class BackgroundTasks:
         task = self._tasks.get((key, kind))
         return task is not None and not task.done()
 
+    def on_loop(self, loop: asyncio.AbstractEventLoop, key: str | None = None) -> bool:
+        """Whether unfinished tasks (all, or one record's) run on ``loop``."""
+        return any(
+            not task.done() and task.get_loop() is loop and (key is None or k == key)
+            for (k, _), task in list(self._tasks.items())
+        )
+
     def start(self, key: str, kind: str, coro: Coroutine[Any, Any, Any]) -> bool:
         if self.running(key, kind):
             coro.close()

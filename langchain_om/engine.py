@@ -563,7 +563,7 @@ class ObservationalMemory:
 
     def process(self, thread_id: str, messages: Sequence[BaseMessage], **kwargs: Any) -> OMContext:
         """Sync twin of ``aprocess`` (runs on OM's private loop so background buffering survives)."""
-        return self._loop.run(self.aprocess(thread_id, messages, **kwargs))
+        return self._loop.run(self.aprocess(thread_id, messages, **kwargs), twin="om.aprocess(...)")
 
     async def _run_thresholds(
         self, step: _StepState, record: OMRecord, phases: frozenset[str] = frozenset(PHASES)
@@ -1441,10 +1441,10 @@ class ObservationalMemory:
         return record.model_copy(deep=True)
 
     def observe(self, thread_id: str, **kwargs: Any) -> OMRecord:
-        return self._loop.run(self.aobserve(thread_id, **kwargs))
+        return self._loop.run(self.aobserve(thread_id, **kwargs), twin="om.aobserve(...)")
 
     def reflect(self, thread_id: str, **kwargs: Any) -> OMRecord:
-        return self._loop.run(self.areflect(thread_id, **kwargs))
+        return self._loop.run(self.areflect(thread_id, **kwargs), twin="om.areflect(...)")
 
     async def aget_record(self, thread_id: str, *, resource_id: str | None = None) -> OMRecord:
         resource = self._resource_for(thread_id, resource_id)
@@ -1452,7 +1452,7 @@ class ObservationalMemory:
         return (await self._load_record(resource, thread_id)).model_copy(deep=True)
 
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
-        return self._loop.run(self.aget_record(thread_id, **kwargs))
+        return self._loop.run(self.aget_record(thread_id, **kwargs), twin="om.aget_record(...)")
 
     def observed_state_ids(
         self, thread_id: str, messages: Sequence[BaseMessage], context: OMContext, *, resource_id: str | None = None,
@@ -1523,11 +1523,19 @@ class ObservationalMemory:
         raise RecordConflictError(f"could not clear thread {thread_id!r} from the resource record")
 
     def delete_thread(self, thread_id: str, **kwargs: Any) -> None:
-        self._loop.run(self.adelete_thread(thread_id, **kwargs))
+        """Sync twin of ``adelete_thread``. It waits for the thread's background work, so from inside a
+        running event loop where that work runs it raises at once (await ``adelete_thread`` there)."""
+        self._loop.run(self.adelete_thread(thread_id, **kwargs), twin="om.adelete_thread(...)",
+                       waits_on=self._background_of(thread_id, kwargs.get("resource_id")))
+
+    def _background_of(self, thread_id: str, resource_id: str | None) -> Callable[[asyncio.AbstractEventLoop], bool]:
+        """Whether a loop runs background work of this thread's record (what ``adelete_thread`` waits for)."""
+        key = record_key(self._resource_for(thread_id, resource_id), self._record_thread(thread_id))
+        return lambda loop: self._tasks.on_loop(loop, key)
 
     def on_turn_end(self, thread_id: str, messages: Sequence[BaseMessage] = (), **kwargs: Any) -> None:
         """Sync twin of ``aon_turn_end``."""
-        self._loop.run(self.aon_turn_end(thread_id, messages, **kwargs))
+        self._loop.run(self.aon_turn_end(thread_id, messages, **kwargs), twin="om.aon_turn_end(...)")
 
     async def astatus(self, thread_id: str, *, resource_id: str | None = None) -> StatusData:
         """The ``data-om-status`` payload for a thread, without running a step."""
@@ -1539,7 +1547,7 @@ class ObservationalMemory:
         return self._status(record, window, thread_id, self._step_numbers.get(key, 0))
 
     def status(self, thread_id: str, **kwargs: Any) -> StatusData:
-        return self._loop.run(self.astatus(thread_id, **kwargs))
+        return self._loop.run(self.astatus(thread_id, **kwargs), twin="om.astatus(...)")
 
     async def await_background(self, thread_id: str | None = None, *, resource_id: str | None = None) -> None:
         """Wait for running background buffering (all, or one thread's). Handy in tests and scripts."""
@@ -1555,8 +1563,11 @@ class ObservationalMemory:
         await self.store.aclose()
 
     def close(self) -> None:
-        self._loop.run(self._tasks.aclose())
-        self._loop.run(self.store.aclose())
+        """Sync twin of ``aclose``. Inside a running event loop it raises at once, closing nothing:
+        background work and the store's connections (a PostgreSQL pool) may belong to that loop,
+        and close would wait for them while blocking it (await ``aclose`` there)."""
+        self._loop.run(self._tasks.aclose(), twin="om.aclose()", waits_on=lambda _loop: True)
+        self._loop.run(self.store.aclose(), twin="om.aclose()")
         self._loop.stop()
 
     # ---------------------------------------------------------- context

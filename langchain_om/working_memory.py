@@ -191,10 +191,10 @@ class WorkingMemory:
         return document
 
     def get(self, thread_id: str, **kwargs: Any) -> str | dict[str, Any] | None:
-        return self.memory._loop.run(self.aget(thread_id, **kwargs))
+        return self.memory._loop.run(self.aget(thread_id, **kwargs), twin="om.working_memory.aget(...)")
 
     def set(self, thread_id: str, value: Any, **kwargs: Any) -> str | dict[str, Any]:
-        return self.memory._loop.run(self.aset(thread_id, value, **kwargs))
+        return self.memory._loop.run(self.aset(thread_id, value, **kwargs), twin="om.working_memory.aset(...)")
 
     def _checked_input(self, value: Any, *, merge: bool) -> str | dict[str, Any]:
         """The caller's value in its stored shape (markdown text, or the given fields), checked
