@@ -487,6 +487,7 @@ class ObserverResult:
 
 
 _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*$", re.MULTILINE)
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _DATE_RE = re.compile(r"^\s*(?:#+\s*|\*\*)?Date:\s*\S", re.IGNORECASE)
 _BULLET_RE = re.compile(r"^\s*(?:[*\-•]|\d+[.)])\s+\S|^\s*[🔴🟡🟢]")
 _PLACEHOLDER_RE = re.compile(r"<(?:YYYY-MM-DD|Weekday|HH:MM|mark|observation|time|text)>|YYYY-MM-DD|\bHH:MM\b",
@@ -596,6 +597,9 @@ def parse_tagged_output(text: str, *, inline_slugs: Sequence[str], error: type[V
     """Shared tolerant parser of Observer and Reflector replies."""
     if not text or not text.strip():
         raise error(f"{who} returned an empty reply")
+    # a lone surrogate (a provider's JSON may decode to one) is not text JSON can store: left in,
+    # it would fail the commit of every cycle that carries it
+    text = _SURROGATE_RE.sub("\ufffd", text)
     names = [*BUILTIN_TAGS, *(s for s in inline_slugs if s not in BUILTIN_TAGS)]
     body = _FENCE_RE.sub("", text)
     tags, warnings = extract_tags(body, names)

@@ -81,3 +81,16 @@ def _more_turns(turns: int = 16) -> list[Any]:
     from om_fakes import conversation
 
     return list(conversation(turns))
+
+
+async def test_lone_surrogates_in_the_observer_reply_never_block_the_commit(store: OMStore) -> None:
+    reply = observer_reply("<mood>calm \udfff</mood>", task="Pick cat food \ud800 now.").replace(
+        "Miso", "Mi\udc00so")
+    om = make_om(RecordingModel(fn=lambda _m: reply), store=store,
+                 observation={"extract": [Extractor("Mood", "mood")]})
+    contexts = await observe_once(om)
+    assert not end_event(contexts).data.extraction_failures  # type: ignore[attr-defined]
+    record = await om.aget_record("t1")
+    assert "Mi\ufffdso" in record.groups[0].text
+    assert record.current_task == "Pick cat food \ufffd now."
+    assert record.metadata["om"]["extracted"]["mood"] == "calm \ufffd"
