@@ -21,7 +21,10 @@ T = TypeVar("T")
 
 
 class LoopThread:
-    def __init__(self) -> None:
+    def __init__(self, refuse_in: Callable[[asyncio.AbstractEventLoop], bool] | None = None) -> None:
+        """``refuse_in(loop)``: whether every call made from inside ``loop`` would wait for it
+        (a store whose connections belong to that loop)."""
+        self._refuse_in = refuse_in
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -58,7 +61,9 @@ class LoopThread:
         if running is not None and running is self._loop:
             coro.close()
             raise RuntimeError(f"sync langchain-om call made from inside OM's own event loop; use `await {twin}`")
-        if running is not None and waits_on is not None and waits_on(running):
+        if running is not None and (
+            (waits_on is not None and waits_on(running)) or (self._refuse_in is not None and self._refuse_in(running))
+        ):
             coro.close()
             raise RuntimeError(
                 "sync langchain-om call made from inside a running event loop: it would wait for work that "

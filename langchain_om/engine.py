@@ -82,6 +82,7 @@ from .store.base import (
     OMStore,
     RecordConflictError,
     StoredMessage,
+    SupportsLoopBinding,
     SupportsRecordStamp,
     check_id,
     check_thread_id,
@@ -267,7 +268,7 @@ class ObservationalMemory:
         self.counter: TokenCounter = get_token_counter(token_counter)
         self._clock = clock or utcnow
         self._tasks = BackgroundTasks()
-        self._loop = LoopThread()
+        self._loop = LoopThread(refuse_in=self._store_bound_to)
         self._setup_lock: asyncio.Lock | None = None
         self._setup_loop: asyncio.AbstractEventLoop | None = None
         self._is_setup = False
@@ -1527,6 +1528,10 @@ class ObservationalMemory:
         running event loop where that work runs it raises at once (await ``adelete_thread`` there)."""
         self._loop.run(self.adelete_thread(thread_id, **kwargs), twin="om.adelete_thread(...)",
                        waits_on=self._background_of(thread_id, kwargs.get("resource_id")))
+
+    def _store_bound_to(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether the store's connections belong to ``loop`` (a sync twin there would deadlock)."""
+        return isinstance(self.store, SupportsLoopBinding) and self.store.bound_loop() is loop
 
     def _background_of(self, thread_id: str, resource_id: str | None) -> Callable[[asyncio.AbstractEventLoop], bool]:
         """Whether a loop runs background work of this thread's record (what ``adelete_thread`` waits for)."""

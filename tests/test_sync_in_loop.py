@@ -10,6 +10,7 @@ regression fails the test instead of hanging the suite.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import uuid
@@ -97,43 +98,83 @@ async def busy_om(store: OMStore) -> ObservationalMemory:
 
 SyncCall = Callable[[ObservationalMemory], Any]
 
-# twins that can run on OM's own loop while the caller's loop is blocked: they must work
-WORKING: dict[str, SyncCall] = {
-    "process": lambda om: om.process("t", history_of(7)),
-    "observe": lambda om: om.observe("t"),
-    "reflect": lambda om: om.reflect("t"),
-    "get_record": lambda om: om.get_record("t"),
-    "status": lambda om: om.status("t"),
-    "on_turn_end": lambda om: om.on_turn_end("t", history_of(7)),
-    "history.messages": lambda om: ObservationalChatMessageHistory(om, "t").messages,
-    "history.add_messages": lambda om: ObservationalChatMessageHistory(om, "t").add_messages(
-        [HumanMessage("one more", id="extra-1")]),
-    "recall tool": lambda om: om.recall_tool(thread_id="t").invoke({"page": 1}),
-    "working_memory.set": lambda om: om.working_memory.set("t", "# Notes\n- likes tea"),
-    "working_memory.get": lambda om: om.working_memory.get("t"),
+# twins that can run on OM's own loop while the caller's loop is blocked: they must work there,
+# except on a store whose connections belong to the caller's loop (PostgreSQL's async pool),
+# where they must refuse at once, naming the twin
+WORKING: dict[str, tuple[SyncCall, str]] = {
+    "process": (lambda om: om.process("t", history_of(7)), "om.aprocess"),
+    "observe": (lambda om: om.observe("t"), "om.aobserve"),
+    "reflect": (lambda om: om.reflect("t"), "om.areflect"),
+    "get_record": (lambda om: om.get_record("t"), "om.aget_record"),
+    "status": (lambda om: om.status("t"), "om.astatus"),
+    "on_turn_end": (lambda om: om.on_turn_end("t", history_of(7)), "om.aon_turn_end"),
+    "history.messages": (lambda om: ObservationalChatMessageHistory(om, "t").messages, "history.aget_messages"),
+    "history.add_messages": (lambda om: ObservationalChatMessageHistory(om, "t").add_messages(
+        [HumanMessage("one more", id="extra-1")]), "history.aadd_messages"),
+    "recall tool": (lambda om: om.recall_tool(thread_id="t").invoke({"page": 1}), "recall_tool.ainvoke"),
+    "working_memory.set": (lambda om: om.working_memory.set("t", "# Notes\n- likes tea"), "om.working_memory.aset"),
+    "working_memory.get": (lambda om: om.working_memory.get("t"), "om.working_memory.aget"),
 }
 
 # twins that wait for the caller's background work: they must refuse at once, naming the twin
 REFUSING: dict[str, tuple[SyncCall, str]] = {
-    "delete_thread": (lambda om: om.delete_thread("t"), "adelete_thread"),
-    "close": (lambda om: om.close(), "aclose"),
+    "delete_thread": (lambda om: om.delete_thread("t"), "om.adelete_thread"),
+    "close": (lambda om: om.close(), "om.aclose"),
     "history.clear": (lambda om: ObservationalChatMessageHistory(om, "t").clear(), "history.aclear"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(WORKING))
-def test_sync_twin_works_inside_a_running_loop_with_background_work(open_store: Any, name: str) -> None:
+def test_sync_twin_works_or_refuses_at_once_inside_a_busy_loop(open_store: Any, store_kind: str, name: str) -> None:
+    call, twin = WORKING[name]
+    loop_bound = store_kind == "postgres"  # the pool and its workers live on the caller's loop
+
     async def scenario() -> float:
         async with open_store() as store:
             om = await busy_om(store)
             started = time.perf_counter()
-            WORKING[name](om)
+            if loop_bound:
+                with pytest.raises(RuntimeError, match=re.escape(f"await {twin}")):
+                    call(om)
+            else:
+                call(om)
             elapsed = time.perf_counter() - started
             await om.aclose(cancel=True)
             return elapsed
 
     elapsed = run_with_deadline(scenario)
-    assert elapsed < DEADLINE_S
+    assert elapsed < (1.0 if loop_bound else DEADLINE_S)
+
+
+def test_postgres_sync_twin_never_waits_for_a_connection_its_loop_holds(pg_dsn: str) -> None:
+    """The deadlock the loop-bound rule prevents: a connection held by a task of the blocked loop,
+    so the pool must open another, which only its workers on that same loop can do."""
+
+    async def scenario() -> None:
+        schema = unique_schema()
+        store = PostgresStore(pg_dsn, schema=schema, max_size=4)
+        om = ObservationalMemory(store, model="unused", token_counter="estimator")
+        try:
+            await om.aprocess("t", [HumanMessage("hi", id="m1")])
+            held = asyncio.Event()
+
+            async def hold_a_connection() -> None:
+                async with store._tx() as cur:
+                    await cur.execute("SELECT 1")
+                    held.set()
+                    await asyncio.sleep(1.0)
+
+            task = asyncio.create_task(hold_a_connection())
+            await held.wait()
+            with pytest.raises(RuntimeError, match=r"await om\.aget_record"):
+                om.get_record("t")
+            await task
+            assert (await om.aget_record("t")).resource_id
+        finally:
+            await om.aclose()
+            await drop_pg_schema(pg_dsn, schema)
+
+    run_with_deadline(scenario)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSING))
@@ -149,7 +190,7 @@ def test_waiting_sync_twin_refuses_at_once_inside_the_busy_loop(open_store: Any,
             with pytest.raises(RuntimeError) as info:
                 call(om)
             assert time.perf_counter() - started < 1.0, "refused at once, not after a wait"
-            assert f"await {twin}" in str(info.value) or twin in str(info.value)
+            assert f"await {twin}" in str(info.value)
             assert len(await store.aget_messages(resource, "t")) == before, "nothing was deleted"
             # the async twin, awaited on the same loop, does the job
             if name == "close":
@@ -163,14 +204,20 @@ def test_waiting_sync_twin_refuses_at_once_inside_the_busy_loop(open_store: Any,
 
 
 @pytest.mark.parametrize("name", ["delete_thread", "history.clear"])
-def test_deleting_works_inside_a_loop_with_no_background_work_there(open_store: Any, name: str) -> None:
-    call, _twin = REFUSING[name]
+def test_deleting_works_inside_a_loop_with_no_background_work_there(open_store: Any, store_kind: str,
+                                                                    name: str) -> None:
+    call, twin = REFUSING[name]
 
     async def scenario() -> None:
         async with open_store() as store:
             om = await busy_om(store)
             await om.await_background()  # the loop is idle now: nothing to wait for on it
-            call(om)
+            if store_kind == "postgres":  # but the pool still belongs to it
+                with pytest.raises(RuntimeError, match=re.escape(f"await {twin}")):
+                    call(om)
+                await om.adelete_thread("t")
+            else:
+                call(om)
             assert await store.aget_messages(om._resource_for("t", None), "t") == []
             await om.aclose(cancel=True)
 

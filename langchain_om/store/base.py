@@ -11,6 +11,7 @@ twice on any backend.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -205,6 +206,16 @@ class SupportsRecordStamp(Protocol):
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
         """The stamp of the record for a thread (``thread_id``) or resource scope (``None``), or None."""
+
+
+@runtime_checkable
+class SupportsLoopBinding(Protocol):
+    """Optional: a store whose connections belong to the event loop that opened them (an asyncio
+    connection pool). OM's sync twins then refuse to run from inside that loop, at once: they
+    would block it while waiting for a connection only that loop can hand out."""
+
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop the store's connections belong to, or None."""
 
 
 def record_key(resource_id: str, thread_id: str | None) -> str:

@@ -154,6 +154,7 @@ class PostgresStore:
         self._max_size = max(self._min_size, u.check_count(max_size, "max_size"))
         self._setup_done = False
         self._setup_lock: asyncio.Lock | None = None
+        self._bound_loop: asyncio.AbstractEventLoop | None = None
         self._queries: dict[str, sql.Composed] = {}
 
     @classmethod
@@ -198,6 +199,7 @@ class PostgresStore:
                     )
                 if self._owns_pool:
                     await self._pool.open(wait=True)
+                self._bound_loop = asyncio.get_running_loop()  # psycopg's async pool lives on this loop
                 async with self._pool.connection() as conn:
                     async with conn.transaction():
                         async with conn.cursor(row_factory=dict_row) as cur:
@@ -241,6 +243,13 @@ class PostgresStore:
             await self._pool.close()
             self._pool = None
         self._setup_done = False
+        self._bound_loop = None
+
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the pool was opened on (``SupportsLoopBinding``): its connections, and the
+        workers that open new ones, run there."""
+        loop = self._bound_loop
+        return loop if loop is not None and not loop.is_closed() else None
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[Cursor]:
