@@ -515,7 +515,7 @@ def structured_prompt(extractor: Extractor, ctx: ExtractionContext) -> list[Base
         "leave optional fields empty rather than guessing.\n\n"
         f"What to extract:\n{instructions}"
     )
-    parts = [f"<input kind=\"{what}\">\n{ctx.get('input_text', '')}\n</input>"]
+    parts = [f"<input kind=\"{what}\">\n{neutralise(str(ctx.get('input_text', '')))}\n</input>"]
     if ctx.get("observations"):
         parts.append(f"<new-observations>\n{neutralise(ctx['observations'])}\n</new-observations>")
     if extractor.include_previous_extraction and ctx.get("previous_value") is not None:

@@ -461,7 +461,8 @@ def build_observer_messages(
     previous_values = _extractor_previous(extractors)
     if previous_values:
         sections.append("Previous extra values:\n" + previous_values)
-    sections.append(f"New messages to observe:\n<transcript>\n{transcript.text}\n</transcript>")
+    # user and tool text can hold OM's tags too: a "</transcript>" typed by the user must not end the transcript
+    sections.append(f"New messages to observe:\n<transcript>\n{neutralise(transcript.text)}\n</transcript>")
     text = "\n\n".join(sections)
     content: str | list[str | dict[str, Any]]
     if transcript.attachments:
