@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 
 FENCE_TAGS = frozenset({
-    # the agent's context (context.py, working_memory.py, recall.py, temporal.py)
+    # the agent's context (context.py, working_memory.py, recall.py); temporal.py's <time-gap>
+    # markers are left alone: OM writes them into the transcript itself, and they fence nothing
     "observations", "observation", "observation-group", "current-task", "suggested-response",
-    "working-memory", "recall-instructions", "time-gap",
+    "working-memory", "recall-instructions",
     # the Observer's, Reflector's and extractors' prompts and replies
     "thread-title", "previous-observations", "transcript", "observation-log", "input",
     "new-observations", "previous-value",
