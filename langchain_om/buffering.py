@@ -108,6 +108,13 @@ class BackgroundTasks:
     def running_any(self, key: str) -> bool:
         return any(self.running(key, kind) for kind in ("observe", "reflect"))
 
+    def on_loop(self, loop: asyncio.AbstractEventLoop, key: str | None = None) -> bool:
+        """Whether unfinished tasks (all, or one record's) run on ``loop``."""
+        return any(
+            not task.done() and task.get_loop() is loop and (key is None or k == key)
+            for (k, _), task in list(self._tasks.items())
+        )
+
     def start(self, key: str, kind: str, coro: Coroutine[Any, Any, Any]) -> bool:
         if self.running(key, kind):
             coro.close()

@@ -2,7 +2,9 @@
 
 The observation log comes first and changes only when observations change, so
 consecutive steps share a long identical prefix (provider prompt caches). The
-continuation hints, which change on every cycle, come last.
+continuation hints, which change on every cycle, come last. Model-written text is
+neutralised (fence.py) here as well as when stored, so records written before that rule
+cannot break the fences either.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import SystemMessage
 
+from .fence import neutralise
 from .store.base import ObservationGroup
 
 OM_CONTEXT_MESSAGE_ID = "langchain-om-context"
@@ -34,7 +37,7 @@ def render_group(group: ObservationGroup, *, thread_label: str | None) -> str:
     attributes = f'id="{group.id}" range="{group.start_id}:{group.end_id}"'
     if thread_label:
         attributes += f' thread="{thread_label}"'
-    return f"<observation-group {attributes}>\n{group.text.strip()}\n</observation-group>"
+    return f"<observation-group {attributes}>\n{neutralise(group.text.strip())}\n</observation-group>"
 
 
 def render_context(
@@ -57,9 +60,9 @@ def render_context(
     parts.extend(section for section in extra_sections if section)
     hints: list[str] = []
     if current_task:
-        hints.append(f"<current-task>\n{current_task.strip()}\n</current-task>")
+        hints.append(f"<current-task>\n{neutralise(current_task.strip())}\n</current-task>")
     if suggested_response:
-        hints.append(f"<suggested-response>\n{suggested_response.strip()}\n</suggested-response>")
+        hints.append(f"<suggested-response>\n{neutralise(suggested_response.strip())}\n</suggested-response>")
     if hints and groups:
         parts.append(_CONTINUATION + "\n\n" + "\n".join(hints))
     if not parts:

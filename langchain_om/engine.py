@@ -90,6 +90,7 @@ from .store.base import (
     OMStore,
     RecordConflictError,
     StoredMessage,
+    SupportsLoopBinding,
     SupportsRecordStamp,
     check_id,
     check_thread_id,
@@ -290,13 +291,14 @@ class ObservationalMemory:
         self.counter: TokenCounter = get_token_counter(token_counter)
         self._clock = clock or utcnow
         self._tasks = BackgroundTasks()
-        self._loop = LoopThread()
+        self._loop = LoopThread(refuse_in=self._store_bound_to)
         self._setup_lock: asyncio.Lock | None = None
         self._setup_loop: asyncio.AbstractEventLoop | None = None
         self._is_setup = False
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
         self._known_ids: dict[str, dict[str, KnownMessage]] = {}  # thread -> stored id -> fingerprint, seq
         self._caller_lists: OrderedDict[str, list[BaseMessage]] = OrderedDict()  # thread -> caller's last list
+        self._thread_born: OrderedDict[str, datetime] = OrderedDict()  # thread incarnation seen by the caches
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, _WindowCache] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
@@ -357,6 +359,22 @@ class ObservationalMemory:
         return thread_id if self.config.scope == "thread" else None
 
     # ------------------------------------------------------------ persistence
+
+    async def _ensure_thread(self, resource_id: str, thread_id: str) -> None:
+        """Create the thread on its first step here; on later steps check, with a one-row read,
+        that it is still the incarnation this worker's caches describe. Another worker may have
+        deleted and re-created it, and clients reuse message ids (``msg-1``): matched against the
+        old incarnation's ids, the new messages would silently never be stored."""
+        cache_key = record_key(resource_id, thread_id)
+        born = self._thread_born.get(cache_key)
+        if born is not None and cache_key in self._known_ids:
+            thread = await self.store.aget_thread(resource_id, thread_id)
+            if thread is not None and thread.created_at == born:
+                return
+        for cache in (self._known_ids, self._caller_lists, self._message_cache, self._windows):
+            cache.pop(cache_key, None)
+        thread = await self.store.aensure_thread(resource_id, thread_id)
+        _lru_put(self._thread_born, cache_key, thread.created_at, self.cache_limit)
 
     async def _persist(
         self, resource_id: str, thread_id: str, messages: Sequence[BaseMessage], now: datetime
@@ -485,6 +503,7 @@ class ObservationalMemory:
             old, _ = self._recent_threads.popitem(last=False)
             self._known_ids.pop(old, None)
             self._caller_lists.pop(old, None)
+            self._thread_born.pop(old, None)
             self._message_cache.pop(old, None)
             self._windows.pop(old, None)
 
@@ -628,8 +647,7 @@ class ObservationalMemory:
         run = _check_phases(phases)
         await self._ensure_setup()
         moment = now or self._clock()
-        if record_key(resource, thread_id) not in self._known_ids:  # first step of this thread here
-            await self.store.aensure_thread(resource, thread_id)
+        await self._ensure_thread(resource, thread_id)
         inputs = await self._persist(resource, thread_id, messages, moment)
         warn_oversized(inputs.inserted, self.config.observation.message_tokens)
         key = record_key(resource, self._record_thread(thread_id))
@@ -666,7 +684,7 @@ class ObservationalMemory:
 
     def process(self, thread_id: str, messages: Sequence[BaseMessage], **kwargs: Any) -> OMContext:
         """Sync twin of ``aprocess`` (runs on OM's private loop so background buffering survives)."""
-        return self._loop.run(self.aprocess(thread_id, messages, **kwargs))
+        return self._loop.run(self.aprocess(thread_id, messages, **kwargs), twin="om.aprocess(...)")
 
     async def _run_thresholds(
         self, step: _StepState, record: OMRecord, phases: frozenset[str] = frozenset(PHASES)
@@ -1079,8 +1097,7 @@ class ObservationalMemory:
         """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now."""
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
-        if record_key(resource, thread_id) not in self._known_ids:  # as in aprocess: checked once per thread
-            await self.store.aensure_thread(resource, thread_id)
+        await self._ensure_thread(resource, thread_id)
         inputs = await self._persist(resource, thread_id, messages, self._clock())
         key = record_key(resource, self._record_thread(thread_id))
         self._touch_record(key)
@@ -1563,10 +1580,10 @@ class ObservationalMemory:
         return record.model_copy(deep=True)
 
     def observe(self, thread_id: str, **kwargs: Any) -> OMRecord:
-        return self._loop.run(self.aobserve(thread_id, **kwargs))
+        return self._loop.run(self.aobserve(thread_id, **kwargs), twin="om.aobserve(...)")
 
     def reflect(self, thread_id: str, **kwargs: Any) -> OMRecord:
-        return self._loop.run(self.areflect(thread_id, **kwargs))
+        return self._loop.run(self.areflect(thread_id, **kwargs), twin="om.areflect(...)")
 
     async def aget_record(self, thread_id: str, *, resource_id: str | None = None) -> OMRecord:
         resource = self._resource_for(thread_id, resource_id)
@@ -1574,7 +1591,7 @@ class ObservationalMemory:
         return (await self._load_record(resource, thread_id)).model_copy(deep=True)
 
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
-        return self._loop.run(self.aget_record(thread_id, **kwargs))
+        return self._loop.run(self.aget_record(thread_id, **kwargs), twin="om.aget_record(...)")
 
     def observed_state_ids(
         self, thread_id: str, messages: Sequence[BaseMessage], context: OMContext, *, resource_id: str | None = None,
@@ -1653,11 +1670,23 @@ class ObservationalMemory:
         raise RecordConflictError(f"could not clear thread {thread_id!r} from the resource record")
 
     def delete_thread(self, thread_id: str, **kwargs: Any) -> None:
-        self._loop.run(self.adelete_thread(thread_id, **kwargs))
+        """Sync twin of ``adelete_thread``. It waits for the thread's background work, so from inside a
+        running event loop where that work runs it raises at once (await ``adelete_thread`` there)."""
+        self._loop.run(self.adelete_thread(thread_id, **kwargs), twin="om.adelete_thread(...)",
+                       waits_on=self._background_of(thread_id, kwargs.get("resource_id")))
+
+    def _store_bound_to(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether the store's connections belong to ``loop`` (a sync twin there would deadlock)."""
+        return isinstance(self.store, SupportsLoopBinding) and self.store.bound_loop() is loop
+
+    def _background_of(self, thread_id: str, resource_id: str | None) -> Callable[[asyncio.AbstractEventLoop], bool]:
+        """Whether a loop runs background work of this thread's record (what ``adelete_thread`` waits for)."""
+        key = record_key(self._resource_for(thread_id, resource_id), self._record_thread(thread_id))
+        return lambda loop: self._tasks.on_loop(loop, key)
 
     def on_turn_end(self, thread_id: str, messages: Sequence[BaseMessage] = (), **kwargs: Any) -> None:
         """Sync twin of ``aon_turn_end``."""
-        self._loop.run(self.aon_turn_end(thread_id, messages, **kwargs))
+        self._loop.run(self.aon_turn_end(thread_id, messages, **kwargs), twin="om.aon_turn_end(...)")
 
     async def astatus(self, thread_id: str, *, resource_id: str | None = None) -> StatusData:
         """The ``data-om-status`` payload for a thread, without running a step."""
@@ -1669,7 +1698,7 @@ class ObservationalMemory:
         return self._status(record, window, thread_id, self._step_numbers.get(key, 0))
 
     def status(self, thread_id: str, **kwargs: Any) -> StatusData:
-        return self._loop.run(self.astatus(thread_id, **kwargs))
+        return self._loop.run(self.astatus(thread_id, **kwargs), twin="om.astatus(...)")
 
     async def await_background(self, thread_id: str | None = None, *, resource_id: str | None = None) -> None:
         """Wait for running background buffering (all, or one thread's). Handy in tests and scripts."""
@@ -1685,8 +1714,11 @@ class ObservationalMemory:
         await self.store.aclose()
 
     def close(self) -> None:
-        self._loop.run(self._tasks.aclose())
-        self._loop.run(self.store.aclose())
+        """Sync twin of ``aclose``. Inside a running event loop it raises at once, closing nothing:
+        background work and the store's connections (a PostgreSQL pool) may belong to that loop,
+        and close would wait for them while blocking it (await ``aclose`` there)."""
+        self._loop.run(self._tasks.aclose(), twin="om.aclose()", waits_on=lambda _loop: True)
+        self._loop.run(self.store.aclose(), twin="om.aclose()")
         self._loop.stop()
 
     # ---------------------------------------------------------- context

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from .config import OMConfigError
 from .events import ExtractionFailure
+from .fence import neutralise
 from .store.base import OMRecord
 
 if TYPE_CHECKING:
@@ -235,6 +236,47 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+class UnstorableValueError(ValueError):
+    """An extracted value JSON cannot hold; it fails its extractor, never the cycle's commit."""
+
+
+def check_storable(value: Any, where: str = "value") -> Any:
+    """``value`` unchanged if JSON (UTF-8 text, no NaN) can hold it, else ``UnstorableValueError``.
+
+    Run where a value is produced, so one bad extractor costs only its own value: left for the
+    store to find, it would fail the commit of the whole observation, every cycle."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise UnstorableValueError(f"{where}: JSON cannot hold the number {value}")
+        return value
+    if isinstance(value, str):
+        _check_text(value, where)
+        return value
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            check_storable(item, f"{where}[{index}]")
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise UnstorableValueError(f"{where}: JSON object keys must be strings, got {type(key).__name__}")
+            _check_text(key, f"{where} key")
+            check_storable(item, f"{where}[{key!r}]")
+        return value
+    raise UnstorableValueError(f"{where}: JSON cannot hold a {type(value).__name__}")
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UnstorableValueError(
+            f"{where}: JSON text cannot hold the lone surrogate {text[exc.start]!r} at position {exc.start}"
+        ) from None
+
+
 def _show(value: Any) -> str:
     import json
 
@@ -398,7 +440,7 @@ class ExtractionPipeline:
                 value = await extractor.after_extracted(value, ctx)
                 if value is None:
                     continue
-                values[extractor.slug] = to_jsonable(value)
+                values[extractor.slug] = check_storable(to_jsonable(value), f"value of {extractor.slug!r}")
             except Exception as exc:
                 logger.warning("langchain-om extractor %s failed: %s", extractor.slug, exc)
                 failures.append(ExtractionFailure(slug=extractor.slug, error=f"{type(exc).__name__}: {exc}"))
@@ -473,12 +515,12 @@ def structured_prompt(extractor: Extractor, ctx: ExtractionContext) -> list[Base
         "leave optional fields empty rather than guessing.\n\n"
         f"What to extract:\n{instructions}"
     )
-    parts = [f"<input kind=\"{what}\">\n{ctx.get('input_text', '')}\n</input>"]
+    parts = [f"<input kind=\"{what}\">\n{neutralise(str(ctx.get('input_text', '')))}\n</input>"]
     if ctx.get("observations"):
-        parts.append(f"<new-observations>\n{ctx['observations']}\n</new-observations>")
+        parts.append(f"<new-observations>\n{neutralise(ctx['observations'])}\n</new-observations>")
     if extractor.include_previous_extraction and ctx.get("previous_value") is not None:
         parts.append(
-            "<previous-value>\n" + _show(ctx["previous_value"]) + "\n</previous-value>\n"
+            "<previous-value>\n" + neutralise(_show(ctx["previous_value"])) + "\n</previous-value>\n"
             "Keep what is still true from the previous value and update what changed."
         )
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(parts))]

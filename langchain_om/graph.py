@@ -420,7 +420,7 @@ def _integration_tool(om: ObservationalMemory, tool: BaseTool) -> BaseTool:
     def call(config: RunnableConfig, **kwargs: Any) -> Any:
         if inner_sync is not None:
             return inner_sync(**with_config(inner_sync, config, kwargs))
-        return om._loop.run(acall(config, **kwargs))
+        return om._loop.run(acall(config, **kwargs), twin=f"{tool.name}.ainvoke(...)")
 
     adapted: StructuredTool = tool.model_copy(update={"func": call, "coroutine": acall})
     return adapted

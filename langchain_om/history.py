@@ -40,19 +40,25 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        return _checked(self.om.process(self.thread_id, [], resource_id=self.resource_id))
+        return _checked(self.om._loop.run(self.om.aprocess(self.thread_id, [], resource_id=self.resource_id),
+                                          twin="history.aget_messages()"))
 
     async def aget_messages(self) -> list[BaseMessage]:
         return _checked(await self.om.aprocess(self.thread_id, [], resource_id=self.resource_id))
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        self.om.on_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id)
+        self.om._loop.run(self.om.aon_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id),
+                          twin="history.aadd_messages(...)")
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         await self.om.aon_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id)
 
     def clear(self) -> None:
-        self.om.delete_thread(self.thread_id, resource_id=self.resource_id)
+        """Sync twin of ``aclear``; raises at once inside a running event loop that runs this thread's
+        OM background work (it would wait for it forever), naming ``aclear``."""
+        om = self.om
+        om._loop.run(om.adelete_thread(self.thread_id, resource_id=self.resource_id), twin="history.aclear()",
+                     waits_on=om._background_of(self.thread_id, self.resource_id))
 
     async def aclear(self) -> None:
         await self.om.adelete_thread(self.thread_id, resource_id=self.resource_id)

@@ -26,6 +26,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from .fence import neutralise
 from .messages import message_timestamp
 from .store.base import StoredMessage
 
@@ -417,7 +418,7 @@ def _extractor_prompt(extractors: Sequence[tuple[str, str, str | None]]) -> str:
 
 
 def _extractor_previous(extractors: Sequence[tuple[str, str, str | None]]) -> str:
-    blocks = [f"<previous-{slug}>\n{prev}\n</previous-{slug}>" for slug, _, prev in extractors if prev]
+    blocks = [f"<previous-{slug}>\n{neutralise(prev)}\n</previous-{slug}>" for slug, _, prev in extractors if prev]
     return "\n".join(blocks)
 
 
@@ -458,7 +459,7 @@ def build_observer_messages(
     if previous_observations.strip():
         sections.append(
             "Previous observations (context only; do not repeat these):\n"
-            f"<previous-observations>\n{previous_observations.strip()}\n</previous-observations>"
+            f"<previous-observations>\n{neutralise(previous_observations.strip())}\n</previous-observations>"
         )
     else:
         sections.append("There are no previous observations yet.")
@@ -467,7 +468,8 @@ def build_observer_messages(
     previous_values = _extractor_previous(extractors)
     if previous_values:
         sections.append("Previous extra values:\n" + previous_values)
-    sections.append(f"New messages to observe:\n<transcript>\n{transcript.text}\n</transcript>")
+    # user and tool text can hold OM's tags too: a "</transcript>" typed by the user must not end the transcript
+    sections.append(f"New messages to observe:\n<transcript>\n{neutralise(transcript.text)}\n</transcript>")
     text = "\n\n".join(sections)
     content: str | list[str | dict[str, Any]]
     if transcript.attachments:
@@ -493,6 +495,7 @@ class ObserverResult:
 
 
 _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*$", re.MULTILINE)
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _DATE_RE = re.compile(r"^\s*(?:#+\s*|\*\*)?Date:\s*\S", re.IGNORECASE)
 _BULLET_RE = re.compile(r"^\s*(?:[*\-•]|\d+[.)])\s+\S|^\s*[🔴🟡🟢]")
 _PLACEHOLDER_RE = re.compile(r"<(?:YYYY-MM-DD|Weekday|HH:MM|mark|observation|time|text)>|YYYY-MM-DD|\bHH:MM\b",
@@ -588,7 +591,7 @@ def _clean_value(value: str | None, *, single_line: bool = False) -> str | None:
         return None
     if _PLACEHOLDER_RE.search(cleaned):
         return None
-    return cleaned
+    return neutralise(cleaned)
 
 
 @dataclass
@@ -602,6 +605,9 @@ def parse_tagged_output(text: str, *, inline_slugs: Sequence[str], error: type[V
     """Shared tolerant parser of Observer and Reflector replies."""
     if not text or not text.strip():
         raise error(f"{who} returned an empty reply")
+    # a lone surrogate (a provider's JSON may decode to one) is not text JSON can store: left in,
+    # it would fail the commit of every cycle that carries it
+    text = _SURROGATE_RE.sub("\ufffd", text)
     names = [*BUILTIN_TAGS, *(s for s in inline_slugs if s not in BUILTIN_TAGS)]
     body = _FENCE_RE.sub("", text)
     tags, warnings = extract_tags(body, names)
@@ -611,7 +617,7 @@ def parse_tagged_output(text: str, *, inline_slugs: Sequence[str], error: type[V
         if fallback:
             warnings.append("no <observations> tag; used the Date/bullet lines of the reply")
         raw_obs = fallback
-    observations = clean_observation_lines(raw_obs)
+    observations = neutralise(clean_observation_lines(raw_obs))
     if not has_observation_content(observations):
         preview = " ".join(text.split())[:120]
         raise error(f"{who} reply has no usable observations (got: {preview!r})")

@@ -862,7 +862,7 @@ class RecallTool(BaseTool):
             args = RecallInput(**kwargs)
         except ValidationError as exc:
             raise ToolException(_validation_error(exc).removeprefix("recall error: ")) from None
-        result: dict[str, Any] = self.memory._loop.run(self.arecall(args, config))
+        result: dict[str, Any] = self.memory._loop.run(self.arecall(args, config), twin="recall_tool.ainvoke(...)")
         return result
 
 

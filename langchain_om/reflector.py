@@ -13,6 +13,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from .fence import neutralise
 from .observer import _clean_value, _extractor_previous, _extractor_prompt, _extractor_triplet, parse_tagged_output
 
 REFLECTOR_PROMPT_MARKER = "You are the Reflector of langchain-om, the memory consolidator of an AI assistant."
@@ -104,7 +105,8 @@ def build_reflector_messages(
     previous = _extractor_previous(extractors)
     if previous:
         sections.append("Previous extra values:\n" + previous)
-    sections.append(f"Observation log to condense:\n<observation-log>\n{observations.strip()}\n</observation-log>")
+    log = neutralise(observations.strip())
+    sections.append(f"Observation log to condense:\n<observation-log>\n{log}\n</observation-log>")
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(sections))]
 
 

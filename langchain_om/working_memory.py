@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from .config import OMConfigError
 from .extractors import ExtractionContext, Extractor
+from .fence import neutralise
 from .recall import ids_from_run_config
 from .store.base import OMRecord, utcnow
 
@@ -169,24 +170,35 @@ class WorkingMemory:
 
     async def aset(self, thread_id: str, value: Any, *, resource_id: str | None = None,
                    merge: bool = False) -> str | dict[str, Any]:
-        """Replace (or, with ``merge``, update the given fields of) the document; returns what is stored."""
-        document = await self._normalise(thread_id, value, resource_id=resource_id, merge=merge)
+        """Replace (or, with ``merge``, update the given fields of) the document; returns what is stored.
+
+        The merge runs inside the store's atomic read-modify-write (``aupdate_value``): two
+        concurrent updates of different fields (the agent's tool and the Observer, or two
+        workers) both survive, where a read here and a write later would lose one."""
+        update = self._checked_input(value, merge=merge)
         await self.memory._ensure_setup()
-        await self.memory.store.aput_value(
-            self._resource(thread_id, resource_id), NAMESPACE, self._key(thread_id),
-            {"format": "json" if self.settings.schema else "markdown", "value": document,
-             "updated_at": utcnow().isoformat()},
+        fmt = "json" if self.settings.schema else "markdown"
+
+        def apply(stored: Any) -> Any:
+            current = stored.get("value") if isinstance(stored, Mapping) else None
+            document = self._document(update, current if isinstance(current, dict) else None, merge=merge)
+            return {"format": fmt, "value": document, "updated_at": utcnow().isoformat()}
+
+        stored = await self.memory.store.aupdate_value(
+            self._resource(thread_id, resource_id), NAMESPACE, self._key(thread_id), apply
         )
+        document: str | dict[str, Any] = stored["value"]
         return document
 
     def get(self, thread_id: str, **kwargs: Any) -> str | dict[str, Any] | None:
-        return self.memory._loop.run(self.aget(thread_id, **kwargs))
+        return self.memory._loop.run(self.aget(thread_id, **kwargs), twin="om.working_memory.aget(...)")
 
     def set(self, thread_id: str, value: Any, **kwargs: Any) -> str | dict[str, Any]:
-        return self.memory._loop.run(self.aset(thread_id, value, **kwargs))
+        return self.memory._loop.run(self.aset(thread_id, value, **kwargs), twin="om.working_memory.aset(...)")
 
-    async def _normalise(self, thread_id: str, value: Any, *, resource_id: str | None,
-                         merge: bool) -> str | dict[str, Any]:
+    def _checked_input(self, value: Any, *, merge: bool) -> str | dict[str, Any]:
+        """The caller's value in its stored shape (markdown text, or the given fields), checked
+        before the store is touched."""
         schema = self.settings.schema
         if schema is None:
             if not isinstance(value, str) or not value.strip():
@@ -201,12 +213,15 @@ class WorkingMemory:
                 raise ValueError(f"working memory: expected a JSON object for {schema.__name__}: {exc}") from None
         if not isinstance(value, Mapping):
             raise ValueError(f"working memory: expected an object matching {schema.__name__}")
-        update = {k: v for k, v in value.items() if not (merge and v is None)}
-        base: dict[str, Any] = {}
-        if merge:
-            current = await self.aget(thread_id, resource_id=resource_id)
-            base = dict(current) if isinstance(current, dict) else {}
-        merged = {**base, **update}
+        return {str(k): v for k, v in value.items() if not (merge and v is None)}
+
+    def _document(self, update: str | dict[str, Any], current: dict[str, Any] | None, *,
+                  merge: bool) -> str | dict[str, Any]:
+        """The document to store: markdown as given, or the (merged) object validated by the schema."""
+        schema = self.settings.schema
+        if schema is None or isinstance(update, str):
+            return update
+        merged = {**(current or {}), **update} if merge else dict(update)
         try:
             return schema.model_validate(merged).model_dump(mode="json")
         except ValidationError as exc:
@@ -239,7 +254,7 @@ class WorkingMemory:
                      " with the update; do not mention the tool to the user.")
         else:
             lead += " It is kept up to date automatically; you never need to edit it."
-        return f"{lead}\n\n<working-memory>\n{body}\n</working-memory>"
+        return f"{lead}\n\n<working-memory>\n{neutralise(body)}\n</working-memory>"
 
     async def section(self, memory: ObservationalMemory, record: OMRecord, resource_id: str,
                       thread_id: str) -> str | None:

@@ -18,6 +18,7 @@ def cache_sizes(om: ObservationalMemory) -> dict[str, int]:
     return {
         "known ids": len(om._known_ids),
         "caller lists": len(om._caller_lists),
+        "thread incarnations": len(om._thread_born),
         "parsed messages": len(om._message_cache),
         "windows": len(om._windows),
         "records": len(om._records),

@@ -432,6 +432,61 @@ async def test_values(store: OMStore) -> None:
     assert await store.aget_value(R1, "wm", "bad") is None
 
 
+def _twin(store: OMStore) -> OMStore:
+    """A second store object on the same database (another worker's connection), or the store itself."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path)
+    if isinstance(store, PostgresStore):
+        return PostgresStore(os.environ["LANGCHAIN_OM_TEST_PG_DSN"], schema=store.schema)
+    return store
+
+
+async def test_update_value_is_an_atomic_read_modify_write(store: OMStore) -> None:
+    seen: list[Any] = []
+
+    def first(current: Any) -> Any:
+        seen.append(current)
+        return {"a": 1}
+
+    assert await store.aupdate_value(R1, "wm", "doc", first) == {"a": 1}
+    assert seen == [None], "a missing value is passed as None"
+    assert await store.aupdate_value(R1, "wm", "doc", lambda cur: {**cur, "b": 2}) == {"a": 1, "b": 2}
+    assert await store.aget_value(R1, "wm", "doc") == {"a": 1, "b": 2}
+    assert await store.aget_value(R2, "wm", "doc") is None, "values stay in their resource"
+
+    def refuse(current: Any) -> Any:
+        raise ValueError("the update refuses")
+
+    with pytest.raises(ValueError, match="the update refuses"):
+        await store.aupdate_value(R1, "wm", "doc", refuse)
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aupdate_value(R1, "wm", "doc", lambda cur: {"s": {1, 2}})
+    assert err.value.field == "value"
+    assert await store.aget_value(R1, "wm", "doc") == {"a": 1, "b": 2}, "a failed update writes nothing"
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aupdate_value(R1, "wm", "doc", "not callable")  # type: ignore[arg-type]
+    assert err.value.field == "update"
+
+
+async def test_concurrent_value_updates_lose_no_field(store: OMStore) -> None:
+    other = _twin(store)
+    try:
+        async def add(target: OMStore, key: str, field: str) -> None:
+            def with_field(current: Any) -> Any:
+                return {**(current or {}), field: True}
+
+            await target.aupdate_value(R1, "wm", key, with_field)
+
+        for round_ in range(5):
+            key = f"doc{round_}"
+            fields = [f"f{i}" for i in range(8)]
+            await asyncio.gather(*(add(store if i % 2 else other, key, f) for i, f in enumerate(fields)))
+            assert await store.aget_value(R1, "wm", key) == {f: True for f in fields}
+    finally:
+        if other is not store:
+            await other.aclose()
+
+
 # ---- isolation of returned objects ---------------------------------------------------------
 
 

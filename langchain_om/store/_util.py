@@ -9,9 +9,9 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -184,6 +184,12 @@ def dumps(value: Any, field: str) -> str:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidStoreInput(field, f"must be JSON-serialisable ({exc})") from None
+
+
+def check_update(update: Any) -> Callable[[Any], Any]:
+    if not callable(update):
+        raise InvalidStoreInput("update", f"must be a function of the current value, got {type(update).__name__}")
+    return cast(Callable[[Any], Any], update)
 
 
 def json_roundtrip(value: Any, field: str) -> Any:

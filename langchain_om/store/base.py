@@ -11,8 +11,9 @@ twice on any backend.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -186,6 +187,11 @@ def total_tokens(rows: Iterable[StoredMessage]) -> int:
 _TOKENS = attrgetter("tokens")
 
 
+ValueUpdate = Callable[[Any], Any]
+"""``aupdate_value``'s function: the stored value (or None) -> the value to store. It runs
+inside the store's write transaction, so it must be quick and must not call the store."""
+
+
 RecordStamp = tuple[int, datetime]
 """A stored record's ``(version, updated_at)``: both change on every commit, so an equal stamp
 means the same stored record (a deleted and recreated record restarts its version but not its clock)."""
@@ -201,6 +207,16 @@ class SupportsRecordStamp(Protocol):
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
         """The stamp of the record for a thread (``thread_id``) or resource scope (``None``), or None."""
+
+
+@runtime_checkable
+class SupportsLoopBinding(Protocol):
+    """Optional: a store whose connections belong to the event loop that opened them (an asyncio
+    connection pool). OM's sync twins then refuse to run from inside that loop, at once: they
+    would block it while waiting for a connection only that loop can hand out."""
+
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop the store's connections belong to, or None."""
 
 
 def record_key(resource_id: str, thread_id: str | None) -> str:
@@ -344,3 +360,10 @@ class OMStore(Protocol):
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         """Store a JSON-serialisable value (replacing any previous one)."""
+
+    async def aupdate_value(
+        self, resource_id: str, namespace: str, key: str, update: ValueUpdate
+    ) -> Any:
+        """Store ``update(current)`` (``current`` is None when missing) as one atomic read-modify-write,
+        so two concurrent updates (two fields merged into one document) both survive; returns
+        the stored value. If ``update`` raises, or returns what JSON cannot hold, nothing is written."""

@@ -23,6 +23,7 @@ from .base import (
     RecordStamp,
     StoredMessage,
     ThreadInfo,
+    ValueUpdate,
     check_id,
     record_key,
     utcnow,
@@ -348,3 +349,14 @@ class InMemoryStore:
         text = u.dumps(value, "value")
         with self._lock:
             self._kv[slot] = text
+
+    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
+        """Read, apply ``update`` and write under one lock hold."""
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        apply = u.check_update(update)
+        with self._lock:
+            text = self._kv.get(slot)
+            value = apply(json.loads(text) if text is not None else None)
+            text = u.dumps(value, "value")
+            self._kv[slot] = text
+        return json.loads(text)

@@ -39,6 +39,7 @@ from .base import (
     StoredMessage,
     StoreError,
     ThreadInfo,
+    ValueUpdate,
     check_id,
     record_key,
     utcnow,
@@ -157,6 +158,7 @@ class PostgresStore:
         self._max_size = max(self._min_size, u.check_count(max_size, "max_size"))
         self._setup_done = False
         self._setup_lock: asyncio.Lock | None = None
+        self._bound_loop: asyncio.AbstractEventLoop | None = None
         self._queries: dict[str, sql.Composed] = {}
 
     @classmethod
@@ -201,6 +203,7 @@ class PostgresStore:
                     )
                 if self._owns_pool:
                     await self._pool.open(wait=True)
+                self._bound_loop = asyncio.get_running_loop()  # psycopg's async pool lives on this loop
                 async with self._pool.connection() as conn:
                     async with conn.transaction():
                         async with conn.cursor(row_factory=dict_row) as cur:
@@ -244,6 +247,13 @@ class PostgresStore:
             await self._pool.close()
             self._pool = None
         self._setup_done = False
+        self._bound_loop = None
+
+    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop the pool was opened on (``SupportsLoopBinding``): its connections, and the
+        workers that open new ones, run there."""
+        loop = self._bound_loop
+        return loop if loop is not None and not loop.is_closed() else None
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[Cursor]:
@@ -633,10 +643,36 @@ class PostgresStore:
             row = await cur.fetchone()
         return u.from_jsonb_safe(row["value"]) if row is not None else None
 
+    async def _lock_value(self, cur: Cursor, slot: tuple[str, str, str]) -> None:
+        """Serialise writers of one value (a missing row has nothing ``FOR UPDATE`` could lock)."""
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("langchain_om.kv\x1f" + "\x1f".join(slot),))
+
+    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
+        """Read, apply ``update`` and write in one transaction under the value's advisory lock."""
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        apply = u.check_update(update)
+        async with self._tx() as cur:
+            await self._lock_value(cur, slot)
+            await cur.execute(
+                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
+            )
+            row = await cur.fetchone()
+            value = u.json_roundtrip(apply(u.from_jsonb_safe(row["value"]) if row is not None else None), "value")
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+                ),
+                (*slot, _jsonb(value, "value"), utcnow()),
+            )
+        return value
+
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
         encoded = _jsonb(value, "value")
         async with self._tx() as cur:
+            await self._lock_value(cur, slot)
             await cur.execute(
                 self._q(
                     "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "

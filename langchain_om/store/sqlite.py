@@ -38,6 +38,7 @@ from .base import (
     StoredMessage,
     StoreError,
     ThreadInfo,
+    ValueUpdate,
     check_id,
     record_key,
     utcnow,
@@ -355,7 +356,8 @@ class SQLiteStore:
 
     async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        return await self._run(lambda conn: self._select_thread(conn, resource_id, thread_id))
+        # a one-row read on every agent step (the engine's thread incarnation check): inline
+        return await self._run_inline(lambda conn: self._select_thread(conn, resource_id, thread_id))
 
     async def aupdate_thread(
         self, resource_id: str, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
@@ -687,6 +689,29 @@ class SQLiteStore:
                 )
 
         await self._run(run)
+
+
+    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
+        """Read, apply ``update`` and write in one ``BEGIN IMMEDIATE`` transaction (other
+        connections and processes wait for the write lock, so no update is lost)."""
+        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        apply = u.check_update(update)
+
+        def run(conn: sqlite3.Connection) -> Any:
+            with _immediate(conn):
+                row = conn.execute(
+                    "SELECT value FROM kv WHERE resource_id = ? AND namespace = ? AND key = ?", slot
+                ).fetchone()
+                text = u.dumps(apply(json.loads(row[0]) if row is not None else None), "value")
+                conn.execute(
+                    "INSERT INTO kv (resource_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = excluded.value, updated_at = excluded.updated_at",
+                    (*slot, text, u.iso(utcnow())),
+                )
+                return json.loads(text)
+
+        return await self._run(run)
 
 
 @contextmanager

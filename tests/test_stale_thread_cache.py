@@ -1,0 +1,73 @@
+"""A worker's in-process caches notice a thread another worker deleted and re-created
+(issue 15, item 6).
+
+Two ``ObservationalMemory`` instances share one store, like two server workers. Worker A has
+seen thread ``t`` (it caches the ids ``msg-1``, ``msg-2``); worker B deletes the thread; the
+client starts the conversation again and reuses its ids. Worker A must store the new
+messages and show them to the model, never the deleted ones.
+"""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_om.engine import ObservationalMemory
+from langchain_om.store.base import OMStore
+
+
+def make_om(store: OMStore, scope: str = "thread") -> ObservationalMemory:
+    return ObservationalMemory(store, model="unused", scope=scope,  # type: ignore[arg-type]
+                               observation={"message_tokens": 10_000, "buffer_tokens": False},
+                               reflection={"observation_tokens": 40_000}, token_counter="estimator")
+
+
+def chat(*texts: str) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for index, text in enumerate(texts, start=1):
+        kind = HumanMessage if index % 2 else AIMessage
+        out.append(kind(text, id=f"msg-{index}"))
+    return out
+
+
+def contents(messages: list[BaseMessage]) -> list[str]:
+    return [str(m.content) for m in messages]
+
+
+async def _run(store: OMStore, scope: str, resource: str | None) -> None:
+    worker_a, worker_b = make_om(store, scope), make_om(store, scope)
+    old = chat("my passport number is X123", "noted")
+    await worker_a.aprocess("t", old, resource_id=resource)
+    await worker_b.aprocess("t", old, resource_id=resource)
+
+    await worker_b.adelete_thread("t", resource_id=resource)
+
+    new = chat("hello again, new topic", "hi! what's up?")
+    context = await worker_a.aprocess("t", new, resource_id=resource)
+    assert contents(context.messages) == ["hello again, new topic", "hi! what's up?"]
+    owner = worker_a._resource_for("t", resource)
+    stored = await store.aget_messages(owner, "t")
+    assert [m.id for m in stored] == ["msg-1", "msg-2"]
+    assert "new topic" in str(stored[0].data)
+
+    # the next step goes on normally from the new incarnation
+    more = [*new, HumanMessage("and a third", id="msg-3")]
+    context = await worker_a.aprocess("t", more, resource_id=resource)
+    assert contents(context.messages)[-1] == "and a third"
+    assert len(await store.aget_messages(owner, "t")) == 3
+
+
+async def test_a_thread_recreated_by_another_worker_stores_reused_ids(store: OMStore) -> None:
+    await _run(store, "thread", None)
+
+
+async def test_a_thread_recreated_by_another_worker_in_resource_scope(store: OMStore) -> None:
+    await _run(store, "resource", "user-1")
+
+
+async def test_on_turn_end_also_notices_the_recreated_thread(store: OMStore) -> None:
+    worker_a, worker_b = make_om(store), make_om(store)
+    await worker_a.aon_turn_end("t", chat("old question", "old answer"))
+    await worker_b.adelete_thread("t")
+    await worker_a.aon_turn_end("t", chat("new question", "new answer"))
+    stored = await store.aget_messages(worker_a._resource_for("t", None), "t")
+    assert [str(m.data["data"]["content"]) for m in stored] == ["new question", "new answer"]
