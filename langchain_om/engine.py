@@ -85,6 +85,7 @@ from .store.base import (
     SupportsRecordStamp,
     check_id,
     check_thread_id,
+    implicit_resource,
     new_id,
     record_key,
     total_tokens,
@@ -320,7 +321,9 @@ class ObservationalMemory:
         if resource_id is None:
             if self.config.scope == "resource":
                 raise OMConfigError("resource_id", "is required when scope='resource'")
-            return thread_id
+            return implicit_resource(thread_id)  # private to the thread: no explicit id can name it
+        if resource_id == implicit_resource(thread_id):
+            return resource_id  # resolved already (hooks and section providers pass it back): the same thread's
         return check_id(resource_id, "resource_id")
 
     def _record_thread(self, thread_id: str) -> str | None:
@@ -1478,9 +1481,7 @@ class ObservationalMemory:
         key = record_key(resource, self._record_thread(thread_id))
         await self._tasks.wait(key)
         async with self._lock(key):
-            await self.store.adelete_thread(resource, thread_id)
-            if self.config.scope == "resource":
-                await self._forget_thread_watermark(resource, thread_id)
+            await self.store.adelete_thread(resource, thread_id)  # also forgets it in the resource record
             cache_key = record_key(resource, thread_id)
             self._known_ids.pop(cache_key, None)
             self._message_cache.pop(cache_key, None)
@@ -1490,22 +1491,6 @@ class ObservationalMemory:
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
             self._reflection_failed_at.pop(key, None)
-
-    async def _forget_thread_watermark(self, resource_id: str, thread_id: str) -> None:
-        """Drop a deleted thread's ``last_observed_seq`` from the resource record.
-
-        A thread created again under the same id numbers its messages from 1; a watermark left
-        behind would hide that many of them from the model and from the Observer.
-        """
-        for _ in range(_MAX_COMMIT_RETRIES):
-            record = await self.store.aget_record(resource_id, None)
-            if record is None or thread_id not in record.last_observed_seq:
-                return
-            updated = record.model_copy(deep=True)
-            del updated.last_observed_seq[thread_id]
-            if await self._commit_quietly(updated, record.version):
-                return
-        raise RecordConflictError(f"could not clear thread {thread_id!r} from the resource record")
 
     def delete_thread(self, thread_id: str, **kwargs: Any) -> None:
         self._loop.run(self.adelete_thread(thread_id, **kwargs))

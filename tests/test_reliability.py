@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from om_checks import assert_consistent
 
-from langchain_om.store.base import OMStore
+from langchain_om.store.base import OMStore, implicit_resource
 
 WORKER = str(Path(__file__).parent / "workers" / "om_worker.py")
 TURNS = 200  # 100+ observation/activation cycles at message_tokens=300
@@ -80,10 +80,10 @@ async def check(url: str) -> Outcome:
     await store.asetup()
     try:
         await assert_consistent(store, "t1", "t1", expected_messages=2 * TURNS)
-        record = await store.aget_record("t1", "t1")
+        record = await store.aget_record(implicit_resource("t1"), "t1")
         if record is None:
             return Outcome(0, [], 0)
-        seq_of = {m.id: m.seq for m in await store.aget_messages("t1", "t1")}
+        seq_of = {m.id: m.seq for m in await store.aget_messages(implicit_resource("t1"), "t1")}
         spans = sorted((seq_of[g.start_id], seq_of[g.end_id]) for g in record.groups)
         return Outcome(len(record.groups), spans, record.last_observed_seq.get("t1", 0))
     finally:
@@ -134,10 +134,10 @@ async def _consistent_so_far(url: str) -> None:
     store = open_store(url)
     await store.asetup()
     try:
-        stored = await store.aget_messages("t1", "t1")
+        stored = await store.aget_messages(implicit_resource("t1"), "t1")
         ids = [m.id for m in stored]
         assert len(ids) == len(set(ids))
-        record = await store.aget_record("t1", "t1")
+        record = await store.aget_record(implicit_resource("t1"), "t1")
         if record is not None:
             last = record.last_observed_seq.get("t1", 0)
             assert all(m.observed == (m.seq <= last) for m in stored)

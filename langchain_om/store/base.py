@@ -19,7 +19,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the tables. 2: threads used without a resource move to their private resource
+(``IMPLICIT_RESOURCE_PREFIX``); see ``_util.V1_IMPLICIT_THREADS_SQL`` for how they are told apart."""
 
 
 def utcnow() -> datetime:
@@ -219,7 +221,41 @@ def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
     if "\x1f" in value:
         # record_key joins ids with \x1f; allowing it would let two resources share a record key.
         raise InvalidStoreInput(field, "must not contain the unit separator (\\x1f)")
+    if "\x1e" in value:
+        # IMPLICIT_RESOURCE_PREFIX starts with \x1e: no explicit id may name a thread's private resource.
+        raise InvalidStoreInput(field, "must not contain the record separator (\\x1e)")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # SQL stores cannot hold them, and the same id must be valid on every store.
+            raise InvalidStoreInput(field, "must not contain lone surrogates (not valid Unicode text)") from None
     return value
+
+
+IMPLICIT_RESOURCE_PREFIX = "\x1ethread:"
+"""Resource ids of threads used without a resource: ``IMPLICIT_RESOURCE_PREFIX + thread_id``.
+
+``check_id`` refuses ``\x1e`` in every id a caller passes, so no explicit ``resource_id`` (or
+``user_id``) can ever name such a resource: a thread id chosen equal to another user's
+resource id reaches nothing of that user."""
+
+
+def implicit_resource(thread_id: str) -> str:
+    """The private resource of a thread used without ``resource_id``."""
+    return IMPLICIT_RESOURCE_PREFIX + check_thread_id(thread_id)
+
+
+def check_resource_id(value: Any, field: str = "resource_id") -> str:
+    """What a store accepts as a resource id: an explicit id, or a thread's private resource.
+
+    The engine builds the private form (``implicit_resource``); public entry points check
+    explicit ids with ``check_id``, which refuses it.
+    """
+    if isinstance(value, str) and value.startswith(IMPLICIT_RESOURCE_PREFIX):
+        check_thread_id(value[len(IMPLICIT_RESOURCE_PREFIX):], field)
+        return value
+    return check_id(value, field)
 
 
 RESOURCE_SCOPE_THREAD = "*"

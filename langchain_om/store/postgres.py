@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _util as u
 from .base import (
+    IMPLICIT_RESOURCE_PREFIX,
     SCHEMA_VERSION,
     InvalidStoreInput,
     NewMessage,
@@ -40,6 +41,7 @@ from .base import (
     StoreError,
     ThreadInfo,
     check_id,
+    check_resource_id,
     record_key,
     utcnow,
 )
@@ -88,8 +90,35 @@ _SCHEMA_V1 = [
     " PRIMARY KEY (resource_id, namespace, key))",
 ]
 
-# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction).
-MIGRATIONS: dict[int, list[str]] = {1: _SCHEMA_V1}
+
+
+async def _move_implicit_resources(store: PostgresStore, cur: Cursor) -> None:
+    """Migration 2: threads used without a resource move to their private resource
+    (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
+    crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
+    await cur.execute(store._q(u.V1_IMPLICIT_THREADS_SQL.format(threads="{s}.threads", records="{s}.records")))
+    for row in await cur.fetchall():
+        thread_id = row["thread_id"]
+        private = IMPLICIT_RESOURCE_PREFIX + thread_id
+        for table in ("threads", "messages", "kv"):
+            await cur.execute(
+                store._q(f"UPDATE {{s}}.{table} SET resource_id = %s WHERE resource_id = %s"), (private, thread_id)
+            )
+        await cur.execute(store._q("SELECT key, thread_id, body FROM {s}.records WHERE resource_id = %s"), (thread_id,))
+        for record in await cur.fetchall():
+            moved = u.record_body_for_resource(u.from_jsonb_safe(record["body"]), private)
+            await cur.execute(
+                store._q("UPDATE {s}.records SET key = %s, resource_id = %s, body = %s WHERE key = %s"),
+                (record_key(private, record["thread_id"]), private, _jsonb(moved, "record"), record["key"]),
+            )
+
+
+# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction):
+# SQL statements, or a coroutine function of the store and the migration's cursor.
+MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
+    1: _SCHEMA_V1,
+    2: _move_implicit_resources,
+}
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -229,7 +258,11 @@ class PostgresStore:
         await cur.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
         await cur.execute(self._q("CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)"))
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[target]:
+            migration = MIGRATIONS[target]
+            if callable(migration):
+                await migration(self, cur)
+                continue
+            for statement in migration:
                 await cur.execute(self._q(statement))
         await cur.execute(self._q("DELETE FROM {s}.schema_version"))
         await cur.execute(self._q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), (SCHEMA_VERSION,))
@@ -345,7 +378,7 @@ class PostgresStore:
         limit: int = 20,
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first (creation time, then creation order)."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         before_dt = u.check_datetime(before, "before")
         after_dt = u.check_datetime(after, "after")
         start = u.check_count(offset, "offset")
@@ -363,10 +396,13 @@ class PostgresStore:
             return [_thread(row) for row in await cur.fetchall()]
 
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        """Remove the thread, its messages and its thread-scope record, and forget it in the
+        resource-scope record (``u.record_without_thread``), in one transaction; another
+        resource's thread is untouched."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+            await self._forget_in_resource_record(cur, resource_id, thread_id)
             await cur.execute(
                 self._q("DELETE FROM {s}.threads WHERE thread_id = %s AND resource_id = %s RETURNING thread_id"),
                 (thread_id, resource_id),
@@ -380,6 +416,23 @@ class PostgresStore:
                 self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
                 (record_key(resource_id, thread_id), resource_id),
             )
+
+    async def _forget_in_resource_record(self, cur: Cursor, resource_id: str, thread_id: str) -> None:
+        key = record_key(resource_id, None)
+        await cur.execute(self._q("SELECT version, body FROM {s}.records WHERE key = %s FOR UPDATE"), (key,))
+        row = await cur.fetchone()
+        if row is None:
+            return
+        forgotten = u.record_without_thread(OMRecord.model_validate(u.from_jsonb_safe(row["body"])), thread_id)
+        if forgotten is None:
+            return
+        now = utcnow()
+        version = int(row["version"]) + 1
+        body_text = u.record_json(forgotten.model_copy(update={"version": version, "updated_at": now}))
+        await cur.execute(
+            self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
+            (version, _jsonb(json.loads(body_text), "record"), now, key),
+        )
 
     # ---- messages -----------------------------------------------------------------------
 
@@ -472,7 +525,7 @@ class PostgresStore:
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """The earliest message with this id among the resource's threads."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         message_id = check_id(message_id, "message_id")
         async with self._tx() as cur:
             await cur.execute(
@@ -590,7 +643,7 @@ class PostgresStore:
     # ---- values -------------------------------------------------------------------------
 
     async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         async with self._tx() as cur:
             await cur.execute(
                 self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
@@ -599,7 +652,7 @@ class PostgresStore:
         return u.from_jsonb_safe(row["value"]) if row is not None else None
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         encoded = _jsonb(value, "value")
         async with self._tx() as cur:
             await cur.execute(

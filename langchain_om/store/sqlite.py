@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from . import _util as u
 from .base import (
+    IMPLICIT_RESOURCE_PREFIX,
     SCHEMA_VERSION,
     InvalidStoreInput,
     NewMessage,
@@ -39,6 +40,7 @@ from .base import (
     StoreError,
     ThreadInfo,
     check_id,
+    check_resource_id,
     record_key,
     utcnow,
 )
@@ -94,8 +96,30 @@ CREATE TABLE IF NOT EXISTS kv (
 );
 """
 
-# MIGRATIONS[n] takes a database at version n - 1 to version n (statements run in one transaction).
-MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+
+
+def _move_implicit_resources(conn: sqlite3.Connection) -> None:
+    """Migration 2: threads used without a resource move to their private resource
+    (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
+    crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
+    query = u.V1_IMPLICIT_THREADS_SQL.format(threads="threads", records="records")
+    for (thread_id,) in conn.execute(query).fetchall():
+        private = IMPLICIT_RESOURCE_PREFIX + thread_id
+        conn.execute("UPDATE threads SET resource_id = ? WHERE thread_id = ?", (private, thread_id))
+        conn.execute("UPDATE messages SET resource_id = ? WHERE resource_id = ?", (private, thread_id))
+        conn.execute("UPDATE kv SET resource_id = ? WHERE resource_id = ?", (private, thread_id))
+        records = conn.execute("SELECT key, thread_id, body FROM records WHERE resource_id = ?", (thread_id,))
+        for key, record_thread, body in records.fetchall():
+            moved = u.record_body_for_resource(json.loads(body), private)
+            conn.execute(
+                "UPDATE records SET key = ?, resource_id = ?, body = ? WHERE key = ?",
+                (record_key(private, record_thread), private, u.dumps(moved, "record"), key),
+            )
+
+
+# MIGRATIONS[n] takes a database at version n - 1 to version n (all run in one transaction):
+# SQL statements, or a function of the connection.
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {1: _SCHEMA_V1, 2: _move_implicit_resources}
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -216,7 +240,11 @@ class SQLiteStore:
                 return
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             for target in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _split_statements(MIGRATIONS[target]):
+                migration = MIGRATIONS[target]
+                if callable(migration):
+                    migration(conn)
+                    continue
+                for statement in _split_statements(migration):
                     conn.execute(statement)
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -388,7 +416,7 @@ class SQLiteStore:
         limit: int = 20,
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first (creation time, then creation order)."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         before_dt = u.check_datetime(before, "before")
         after_dt = u.check_datetime(after, "after")
         start = u.check_count(offset, "offset")
@@ -406,11 +434,14 @@ class SQLiteStore:
         return await self._run(lambda conn: [_thread(row) for row in conn.execute(query, params)])
 
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        """Remove the thread, its messages and its thread-scope record, and forget it in the
+        resource-scope record (``u.record_without_thread``), in one transaction; another
+        resource's thread is untouched."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
 
         def run(conn: sqlite3.Connection) -> None:
             with _immediate(conn):
+                self._forget_in_resource_record(conn, resource_id, thread_id)
                 if self._owner(conn, thread_id) != resource_id:
                     return
                 conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
@@ -421,6 +452,20 @@ class SQLiteStore:
                 conn.execute("DELETE FROM threads WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
 
         await self._run(run)
+
+    @staticmethod
+    def _forget_in_resource_record(conn: sqlite3.Connection, resource_id: str, thread_id: str) -> None:
+        key = record_key(resource_id, None)
+        row = conn.execute("SELECT version, body FROM records WHERE key = ?", (key,)).fetchone()
+        forgotten = u.record_without_thread(u.record_from_json(row[1]), thread_id) if row is not None else None
+        if forgotten is None:
+            return
+        now = utcnow()
+        version = int(row[0]) + 1
+        body = u.record_json(forgotten.model_copy(update={"version": version, "updated_at": now}))
+        conn.execute(
+            "UPDATE records SET version = ?, body = ?, updated_at = ? WHERE key = ?", (version, body, u.iso(now), key)
+        )
 
     # ---- messages -----------------------------------------------------------------------
 
@@ -508,7 +553,7 @@ class SQLiteStore:
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """The earliest message with this id among the resource's threads."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         message_id = check_id(message_id, "message_id")
 
         def run(conn: sqlite3.Connection) -> StoredMessage | None:
@@ -619,7 +664,7 @@ class SQLiteStore:
     # ---- values -------------------------------------------------------------------------
 
     async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
 
         def run(conn: sqlite3.Connection) -> Any | None:
             row = conn.execute(
@@ -630,7 +675,7 @@ class SQLiteStore:
         return await self._run(run)
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         text = u.dumps(value, "value")
 
         def run(conn: sqlite3.Connection) -> None:
