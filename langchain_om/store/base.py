@@ -307,8 +307,17 @@ class OMStore(Protocol):
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first."""
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order, starting after ``after_id``.
+
+        Keyset paging: pass the last id of a page as ``after_id`` for the next one. Threads
+        created or deleted between two pages never make another thread appear twice or be
+        skipped (unlike OFFSET over a newest-first listing)."""
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove a thread, its messages and its thread-scope record (explicit user action only)."""
+        """Remove a thread, its messages and its thread-scope record, and forget the thread in the
+        resource-scope record (its watermark, the groups that came only from it, its buffered
+        work), in one transaction (explicit user action only)."""
 
     # messages
     async def aappend_messages(

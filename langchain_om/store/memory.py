@@ -149,6 +149,16 @@ class InMemoryStore:
             end = None if count is None else start + count
             return [t.model_copy(deep=True) for t in rows[start:end]]
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order, after ``after_id`` (keyset paging)."""
+        resource_id = check_resource_id(resource_id)
+        start = None if after_id is None else check_id(after_id, "after_id")
+        count = u.check_limit(limit)
+        with self._lock:
+            ids = sorted(t.thread_id for t in self._threads.values()
+                         if t.resource_id == resource_id and (start is None or t.thread_id > start))
+        return ids if count is None else ids[:count]
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
         """Remove the thread, its messages and its thread-scope record, and forget it in the
         resource-scope record (``u.record_without_thread``), all under one lock hold; another

@@ -395,6 +395,23 @@ class PostgresStore:
             )
             return [_thread(row) for row in await cur.fetchall()]
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order (``COLLATE "C"`` compares UTF-8
+        bytes, whatever the database's locale), after ``after_id`` (keyset paging)."""
+        resource_id = check_resource_id(resource_id)
+        start = None if after_id is None else check_id(after_id, "after_id")
+        count = u.check_limit(limit)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT thread_id FROM {s}.threads WHERE resource_id = %s "
+                    'AND (%s::text IS NULL OR thread_id COLLATE "C" > %s::text COLLATE "C") '
+                    'ORDER BY thread_id COLLATE "C" LIMIT %s'
+                ),
+                (resource_id, start, start, count),
+            )
+            return [str(row["thread_id"]) for row in await cur.fetchall()]
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
         """Remove the thread, its messages and its thread-scope record, and forget it in the
         resource-scope record (``u.record_without_thread``), in one transaction; another

@@ -433,6 +433,21 @@ class SQLiteStore:
         params += [-1 if count is None else count, start]
         return await self._run(lambda conn: [_thread(row) for row in conn.execute(query, params)])
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order (SQLite's BINARY collation compares
+        UTF-8 bytes, which orders like code points), after ``after_id`` (keyset paging)."""
+        resource_id = check_resource_id(resource_id)
+        start = None if after_id is None else check_id(after_id, "after_id")
+        count = u.check_limit(limit)
+        query = "SELECT thread_id FROM threads WHERE resource_id = ?"
+        params: list[Any] = [resource_id]
+        if start is not None:
+            query += " AND thread_id > ?"
+            params.append(start)
+        query += " ORDER BY thread_id LIMIT ?"
+        params.append(-1 if count is None else count)
+        return await self._run(lambda conn: [str(row[0]) for row in conn.execute(query, params)])
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
         """Remove the thread, its messages and its thread-scope record, and forget it in the
         resource-scope record (``u.record_without_thread``), in one transaction; another
