@@ -1064,3 +1064,33 @@ def uuid4_hex() -> str:
     import uuid
 
     return uuid.uuid4().hex[:12]
+
+
+async def test_sqlite_flushes_commits_that_mark_messages_observed(sqlite_path: Path) -> None:
+    """A commit that marks messages observed runs with synchronous = FULL (durable before the
+    checkpoint that drops those messages from the state); appends and plain commits keep NORMAL."""
+    store = SQLiteStore(sqlite_path)
+    await store.aappend_messages(R1, "t1", msgs("m", 4))
+    statements: list[str] = []
+    assert store._conn is not None
+    store._conn.set_trace_callback(statements.append)
+    created = await store.acommit_record(record(), expected_version=0)
+    plain = list(statements)
+    statements.clear()
+    await store.acommit_record(created, expected_version=1, mark_observed={"t1": 2})
+    marking = list(statements)
+    statements.clear()
+    await store.aappend_messages(R1, "t1", msgs("n", 2))
+    append = list(statements)
+    await store.aclose()
+    assert not any("synchronous" in s for s in plain + append)
+    assert marking[0] == "PRAGMA synchronous = FULL" and marking[1] == "BEGIN IMMEDIATE"
+    assert marking[-1] == "PRAGMA synchronous = NORMAL" and "COMMIT" in marking
+    assert [m.observed for m in await SQLiteStore(sqlite_path).aget_messages(R1, "t1")][:3] == [True, True, False]
+    with pytest.raises(InvalidStoreInput) as err:
+        SQLiteStore(sqlite_path, synchronous="off")  # type: ignore[arg-type]
+    assert err.value.field == "synchronous"
+    always = SQLiteStore(sqlite_path, synchronous="full")
+    await always.asetup()
+    assert always._conn is not None and always._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    await always.aclose()

@@ -13,6 +13,15 @@ waits in a thread like any call). Under WAL with ``synchronous = NORMAL`` a comm
 writes to the log, without a flush; the flushing part, checkpoints, is taken off the
 commit (``wal_autocheckpoint = 0``) and run in the worker thread every
 ``_CHECKPOINT_AFTER_CHANGES`` changed rows.
+
+Durability: a commit that marks messages observed runs with ``synchronous = FULL`` (the WAL
+is flushed before it returns). Such a commit is what lets an integration drop the messages
+from the graph state, and LangGraph's SqliteSaver checkpoints with FULL; under NORMAL a power
+loss could keep the checkpoint that dropped them and lose the commit that observed them. The
+WAL is one ordered log, so flushing that commit also makes every earlier append durable.
+Other commits keep NORMAL (a lost one is redone: an append is replayed from the state, a
+lost reflection runs again); ``synchronous="full"`` flushes every commit, for
+``keep_in_state="turn"``, where merely stored messages leave the state.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from . import _util as u
 from .base import (
@@ -171,13 +180,26 @@ def _message(row: sqlite3.Row) -> StoredMessage:
 class SQLiteStore:
     """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
 
-    def __init__(self, path: str | Path = "./langchain_om.db", *, busy_timeout_ms: int = 30_000) -> None:
+    _FULL_SYNC_OBSERVED = True
+    """Flush commits that mark messages observed (see the module docstring); the storage
+    benchmark turns it off to measure what it costs."""
+
+    def __init__(
+        self,
+        path: str | Path = "./langchain_om.db",
+        *,
+        busy_timeout_ms: int = 30_000,
+        synchronous: Literal["normal", "full"] = "normal",
+    ) -> None:
         if not isinstance(path, (str, Path)) or str(path) == "":
             raise InvalidStoreInput("path", "must be a file path or ':memory:'")
         if "\x00" in str(path):
             raise InvalidStoreInput("path", "must not contain NUL characters")
         self.path = str(path)
         self.busy_timeout_ms = u.check_count(busy_timeout_ms, "busy_timeout_ms")
+        if synchronous not in ("normal", "full"):
+            raise InvalidStoreInput("synchronous", f"must be 'normal' or 'full', got {synchronous!r}")
+        self.synchronous = synchronous
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._changes_at_checkpoint = 0
@@ -206,7 +228,7 @@ class SQLiteStore:
             self._check_not_newer(conn)
             if not self.in_memory:
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_due and _checkpoint
             self._migrate(conn)
         except BaseException:
@@ -641,7 +663,18 @@ class SQLiteStore:
         thread_part = u.record_thread(record)
         key = record_key(record.resource_id, thread_part)
 
+        flush = bool(marks) and self._FULL_SYNC_OBSERVED and self.synchronous == "normal" and not self.in_memory
+
         def run(conn: sqlite3.Connection) -> OMRecord:
+            if not flush:
+                return swap(conn)
+            conn.execute("PRAGMA synchronous = FULL")  # cannot change inside a transaction
+            try:
+                return swap(conn)
+            finally:
+                conn.execute("PRAGMA synchronous = NORMAL")
+
+        def swap(conn: sqlite3.Connection) -> OMRecord:
             with _immediate(conn):
                 row = conn.execute("SELECT version FROM records WHERE key = ?", (key,)).fetchone()
                 current = int(row[0]) if row is not None else 0
