@@ -175,3 +175,95 @@ async def _setup(url: str) -> None:
     store = open_store(url)
     await store.asetup()
     await store.aclose()
+
+
+# ---- schema migration 2 under SIGKILL (issue 15) ----------------------------------------------
+
+MIGRATION_THREADS = 4000
+OPEN_SCRIPT = (
+    "import asyncio, sys\n"
+    "from langchain_om.store.sqlite import SQLiteStore\n"
+    "async def main():\n"
+    "    store = SQLiteStore(sys.argv[1])\n"
+    "    print('opening', flush=True)\n"
+    "    await store.asetup()\n"
+    "    await store.aclose()\n"
+    "    print('migrated', flush=True)\n"
+    "asyncio.run(main())\n"
+)
+
+
+def _v1_database_with_many_implicit_threads(path: Path) -> None:
+    """The committed v1 fixture plus thousands of implicit threads, so migrating takes long enough
+    for kills to land inside it."""
+    import shutil
+    import sqlite3
+
+    shutil.copy(Path(__file__).parent / "data" / "om_v1.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        stamp = "2026-11-30T09:00:00.000000+00:00"
+        conn.executemany(
+            "INSERT INTO threads (thread_id, resource_id, title, created_at, updated_at, metadata) "
+            "VALUES (?, ?, NULL, ?, ?, '{}')",
+            [(f"bulk-{i}", f"bulk-{i}", stamp, stamp) for i in range(MIGRATION_THREADS)],
+        )
+        conn.executemany(
+            "INSERT INTO messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at) "
+            "VALUES (?, ?, ?, ?, 'message', '{}', 1, ?)",
+            [(f"m{j}", f"bulk-{i}", f"bulk-{i}", j + 1, stamp) for i in range(MIGRATION_THREADS) for j in range(3)],
+        )
+        conn.executemany(
+            "INSERT INTO kv (resource_id, namespace, key, value, updated_at) VALUES (?, 'working_memory', 'resource', "
+            "'{\"value\": \"note\"}', ?)",
+            [(f"bulk-{i}", stamp) for i in range(MIGRATION_THREADS)],
+        )
+
+
+def _migration_state(path: Path) -> int:
+    """The schema version, after checking the rows agree with it: all old layout or all new."""
+    import sqlite3
+
+    from langchain_om.store.base import IMPLICIT_RESOURCE_PREFIX
+
+    with sqlite3.connect(path) as conn:
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+        moved = {table: conn.execute(f"SELECT COUNT(*) FROM {table} WHERE resource_id LIKE ?",
+                                     (IMPLICIT_RESOURCE_PREFIX + "%",)).fetchone()[0]
+                 for table in ("threads", "messages", "kv", "records")}
+    expected = ({"threads": MIGRATION_THREADS + 1, "messages": 3 * MIGRATION_THREADS + 15, "kv": MIGRATION_THREADS + 1,
+                 "records": 1} if version == 2 else dict.fromkeys(moved, 0))
+    assert version in (1, 2) and moved == expected, f"half-migrated database: version {version}, moved {moved}"
+    return int(version)
+
+
+def test_sigkill_during_migration_leaves_old_or_new_schema_and_reopening_finishes(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    _v1_database_with_many_implicit_threads(path)
+    rng = random.Random(20261204)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    # how long one whole migration takes here, so the kills spread over it
+    probe = tmp_path / "probe.db"
+    _v1_database_with_many_implicit_threads(probe)
+    with subprocess.Popen([sys.executable, "-c", OPEN_SCRIPT, str(probe)], stdout=subprocess.PIPE, text=True,
+                          env=env) as timed:
+        assert timed.stdout is not None and timed.stdout.readline().strip() == "opening"
+        started = time.perf_counter()
+        assert timed.stdout.readline().strip() == "migrated"
+        whole = time.perf_counter() - started
+    versions: list[int] = []
+    for _ in range(KILLS):
+        proc = subprocess.Popen([sys.executable, "-c", OPEN_SCRIPT, str(path)], stdout=subprocess.PIPE, text=True,
+                                env=env)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "opening"
+        time.sleep(rng.uniform(0.0, whole * 0.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        versions.append(_migration_state(path))
+        if versions[-1] == 2:
+            break
+    assert versions[0] == 1, "the first kill landed inside the migration (or before it)"
+    done = subprocess.run([sys.executable, "-c", OPEN_SCRIPT, str(path)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0 and "migrated" in done.stdout, done.stderr
+    assert _migration_state(path) == 2
