@@ -143,7 +143,7 @@ async def preload_om(store: OMStore, history: list[BaseMessage], counter: TokenC
     groups = [ObservationGroup(thread_id=THREAD, start_id=rows[min(i * per, cut - 1)].id,
                                end_id=rows[min((i + 1) * per, cut) - 1].id, text=text,
                                tokens=counter.count_text(text)) for i, text in enumerate(texts)]
-    record = OMRecord(resource_id=THREAD, thread_id=THREAD, scope="thread", groups=groups,
+    record = OMRecord(resource_id=implicit_resource(THREAD), thread_id=THREAD, scope="thread", groups=groups,
                       last_observed_seq={THREAD: cut}, last_observed_id={THREAD: rows[cut - 1].id},
                       metadata={"current_task": "Help the user with their plans",
                                 "suggested_response": "Continue with the user's latest request"})

@@ -171,7 +171,7 @@ async def test_update_tool_takes_the_user_id_alias_like_the_other_integrations()
     config: Any = {"configurable": {"thread_id": "t1", "user_id": "alice"}}
     await tool.ainvoke({"content": "- Name: Alice"}, config=config)
     assert await om.working_memory.aget("t9", resource_id="alice") == "- Name: Alice"
-    assert await om.working_memory.aget("t1", resource_id="t1") is None
+    assert await om.working_memory.aget("t1") is None  # nor under the thread's private resource
     both: Any = {"configurable": {"thread_id": "t1", "resource_id": "u7", "user_id": "alice"}}
     await tool.ainvoke({"content": "- Name: Ren"}, config=both)
     assert await om.working_memory.aget("t1", resource_id="u7") == "- Name: Ren"
