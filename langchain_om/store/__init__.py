@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from .base import (
+    IMPLICIT_RESOURCE_PREFIX,
     SCHEMA_VERSION,
     BufferedChunk,
     BufferedReflection,
@@ -25,6 +26,7 @@ from .base import (
     SupportsRecordStamp,
     ThreadInfo,
     check_id,
+    implicit_resource,
     record_key,
 )
 from .memory import InMemoryStore
@@ -43,6 +45,7 @@ def default_store() -> SQLiteStore:
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB_PATH",
+    "IMPLICIT_RESOURCE_PREFIX",
     "SCHEMA_VERSION",
     "BufferedChunk",
     "BufferedReflection",
@@ -63,5 +66,6 @@ __all__ = [
     "ThreadInfo",
     "check_id",
     "default_store",
+    "implicit_resource",
     "record_key",
 ]
