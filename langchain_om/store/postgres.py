@@ -96,21 +96,25 @@ async def _move_implicit_resources(store: PostgresStore, cur: Cursor) -> None:
     """Migration 2: threads used without a resource move to their private resource
     (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
     crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
-    await cur.execute(store._q(u.V1_IMPLICIT_THREADS_SQL.format(threads="{s}.threads", records="{s}.records")))
-    for row in await cur.fetchall():
-        thread_id = row["thread_id"]
-        private = IMPLICIT_RESOURCE_PREFIX + thread_id
-        for table in ("threads", "messages", "kv"):
-            await cur.execute(
-                store._q(f"UPDATE {{s}}.{table} SET resource_id = %s WHERE resource_id = %s"), (private, thread_id)
-            )
-        await cur.execute(store._q("SELECT key, thread_id, body FROM {s}.records WHERE resource_id = %s"), (thread_id,))
-        for record in await cur.fetchall():
-            moved = u.record_body_for_resource(u.from_jsonb_safe(record["body"]), private)
-            await cur.execute(
-                store._q("UPDATE {s}.records SET key = %s, resource_id = %s, body = %s WHERE key = %s"),
-                (record_key(private, record["thread_id"]), private, _jsonb(moved, "record"), record["key"]),
-            )
+    query = u.V1_IMPLICIT_THREADS_SQL.format(threads="{s}.threads", records="{s}.records")
+    await cur.execute(store._q(f"CREATE TEMP TABLE om_implicit ON COMMIT DROP AS {query}"))
+    await cur.execute(store._q(
+        "SELECT key, resource_id, thread_id, body FROM {s}.records "
+        "WHERE resource_id IN (SELECT thread_id FROM om_implicit)"
+    ))
+    for record in await cur.fetchall():  # bodies name their resource too
+        private = IMPLICIT_RESOURCE_PREFIX + record["resource_id"]
+        moved = u.record_body_for_resource(u.from_jsonb_safe(record["body"]), private)
+        await cur.execute(
+            store._q("UPDATE {s}.records SET key = %s, resource_id = %s, body = %s WHERE key = %s"),
+            (record_key(private, record["thread_id"]), private, _jsonb(moved, "record"), record["key"]),
+        )
+    for table in ("threads", "messages", "kv"):
+        await cur.execute(
+            store._q(f"UPDATE {{s}}.{table} SET resource_id = %s::text || resource_id "
+                     "WHERE resource_id IN (SELECT thread_id FROM om_implicit)"),
+            (IMPLICIT_RESOURCE_PREFIX,),
+        )
 
 
 # MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction):

@@ -112,18 +112,24 @@ def _move_implicit_resources(conn: sqlite3.Connection) -> None:
     (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
     crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
     query = u.V1_IMPLICIT_THREADS_SQL.format(threads="threads", records="records")
-    for (thread_id,) in conn.execute(query).fetchall():
-        private = IMPLICIT_RESOURCE_PREFIX + thread_id
-        conn.execute("UPDATE threads SET resource_id = ? WHERE thread_id = ?", (private, thread_id))
-        conn.execute("UPDATE messages SET resource_id = ? WHERE resource_id = ?", (private, thread_id))
-        conn.execute("UPDATE kv SET resource_id = ? WHERE resource_id = ?", (private, thread_id))
-        records = conn.execute("SELECT key, thread_id, body FROM records WHERE resource_id = ?", (thread_id,))
-        for key, record_thread, body in records.fetchall():
-            moved = u.record_body_for_resource(json.loads(body), private)
-            conn.execute(
-                "UPDATE records SET key = ?, resource_id = ?, body = ? WHERE key = ?",
-                (record_key(private, record_thread), private, u.dumps(moved, "record"), key),
-            )
+    conn.execute(f"CREATE TEMP TABLE om_implicit AS {query}")
+    records = conn.execute(
+        "SELECT key, resource_id, thread_id, body FROM records WHERE resource_id IN (SELECT thread_id FROM om_implicit)"
+    ).fetchall()
+    for key, resource_id, record_thread, body in records:  # bodies name their resource too
+        private = IMPLICIT_RESOURCE_PREFIX + resource_id
+        moved = u.record_body_for_resource(json.loads(body), private)
+        conn.execute(
+            "UPDATE records SET key = ?, resource_id = ?, body = ? WHERE key = ?",
+            (record_key(private, record_thread), private, u.dumps(moved, "record"), key),
+        )
+    for table in ("threads", "messages", "kv"):
+        conn.execute(
+            f"UPDATE {table} SET resource_id = ? || resource_id "
+            "WHERE resource_id IN (SELECT thread_id FROM om_implicit)",
+            (IMPLICIT_RESOURCE_PREFIX,),
+        )
+    conn.execute("DROP TABLE om_implicit")
 
 
 # MIGRATIONS[n] takes a database at version n - 1 to version n (all run in one transaction):
