@@ -1094,3 +1094,28 @@ async def test_sqlite_flushes_commits_that_mark_messages_observed(sqlite_path: P
     await always.asetup()
     assert always._conn is not None and always._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
     await always.aclose()
+
+
+async def test_postgres_reads_every_instant_whatever_the_session_time_zone(pg_dsn: str, pg_schema: str) -> None:
+    """Read as timestamptz in a western session zone, year 1 in UTC would be a BC date psycopg refuses."""
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(pg_dsn, kwargs={"autocommit": True, "options": "-c TimeZone=America/New_York"},
+                               open=False)
+    await pool.open(wait=True)
+    store = PostgresStore(pool=pool, schema=pg_schema)
+    try:
+        edges = [datetime(1, 1, 1, 2, tzinfo=timezone.utc), datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)]
+        await store.aappend_messages(R1, "t1", [NewMessage(id=f"m{i}", data={}, created_at=moment)
+                                                for i, moment in enumerate(edges)])
+        assert [m.created_at for m in await store.aget_messages(R1, "t1")] == edges
+        assert (await store.aget_message(R1, "m0")).created_at == edges[0]  # type: ignore[union-attr]
+        created = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 2})
+        stamp = await store.aget_record_stamp(R1, "t1")
+        assert stamp == (1, created.updated_at)
+        assert all(m.observed_at is not None and m.observed_at.utcoffset() == timedelta(0)
+                   for m in await store.aget_messages(R1, "t1"))
+        assert (await store.alist_threads(R1))[0].created_at.utcoffset() == timedelta(0)
+    finally:
+        await store.aclose()
+        await pool.close()

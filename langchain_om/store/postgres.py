@@ -126,6 +126,17 @@ MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[No
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
+# Timestamps are read as UTC wall time (``AT TIME ZONE 'UTC'``, naive, which ``u.to_utc`` takes as
+# UTC) so the session's TimeZone cannot matter: read as timestamptz in, say, America/New_York,
+# 0001-01-01T02:00Z would be a BC date that psycopg refuses to load.
+_THREAD_SELECT = (
+    "thread_id, resource_id, title, created_at AT TIME ZONE 'UTC' AS created_at, "
+    "updated_at AT TIME ZONE 'UTC' AS updated_at, metadata"
+)
+_MESSAGE_SELECT = (
+    "id, resource_id, thread_id, seq, kind, data, tokens, created_at AT TIME ZONE 'UTC' AS created_at, "
+    "observed, observed_at AT TIME ZONE 'UTC' AS observed_at"
+)
 
 Cursor = AsyncCursor[dict[str, Any]]
 
@@ -295,7 +306,7 @@ class PostgresStore:
 
     async def _select_thread(self, cur: Cursor, resource_id: str, thread_id: str) -> ThreadInfo | None:
         await cur.execute(
-            self._q(f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s"),
+            self._q(f"SELECT {_THREAD_SELECT} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s"),
             (thread_id, resource_id),
         )
         row = await cur.fetchone()
@@ -346,7 +357,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s FOR UPDATE"
+                    f"SELECT {_THREAD_SELECT} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s FOR UPDATE"
                 ),
                 (thread_id, resource_id),
             )
@@ -390,7 +401,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE resource_id = %s "
+                    f"SELECT {_THREAD_SELECT} FROM {{s}}.threads WHERE resource_id = %s "
                     "AND (%s::timestamptz IS NULL OR created_at < %s::timestamptz) "
                     "AND (%s::timestamptz IS NULL OR created_at > %s::timestamptz) "
                     "ORDER BY created_at DESC, ord DESC LIMIT %s OFFSET %s"
@@ -536,7 +547,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages "
+                    f"SELECT {_MESSAGE_SELECT} FROM {{s}}.messages "
                     "WHERE resource_id = %s AND thread_id = %s AND seq > %s "
                     f"AND (%s::bigint IS NULL OR seq < %s::bigint) ORDER BY seq {order} LIMIT %s"
                 ),
@@ -551,7 +562,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages WHERE resource_id = %s AND id = %s "
+                    f"SELECT {_MESSAGE_SELECT} FROM {{s}}.messages WHERE resource_id = %s AND id = %s "
                     "ORDER BY created_at, thread_id, seq LIMIT 1"
                 ),
                 (resource_id, message_id),
@@ -597,7 +608,8 @@ class PostgresStore:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute(
-                self._q("SELECT version, updated_at FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                self._q("SELECT version, updated_at AT TIME ZONE 'UTC' AS updated_at FROM {s}.records "
+                        "WHERE key = %s AND resource_id = %s"),
                 (record_key(resource_id, thread_id), resource_id),
             )
             row = await cur.fetchone()
