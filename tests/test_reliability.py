@@ -79,7 +79,7 @@ async def check(url: str) -> Outcome:
     store = open_store(url)
     await store.asetup()
     try:
-        await assert_consistent(store, "t1", "t1", expected_messages=2 * TURNS)
+        await assert_consistent(store, implicit_resource("t1"), "t1", expected_messages=2 * TURNS)
         record = await store.aget_record(implicit_resource("t1"), "t1")
         if record is None:
             return Outcome(0, [], 0)
