@@ -29,7 +29,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.middleware import ObservationalMemoryMiddleware
-from langchain_om.store.base import OMStore
+from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedChatModel, ScriptedObserverModel
@@ -119,9 +119,9 @@ async def run_case(strategy: str, size: int, saver_kind: str, steps: int, tmp: s
         if strategy == "om-turn-state":  # the state as OM would have left it: no earlier turn
             initial = []
         elif strategy == "om":  # the state as OM would have left it: the unobserved tail
-            record = await store.aget_record(THREAD, THREAD)
+            record = await store.aget_record(implicit_resource(THREAD), THREAD)
             after = record.last_observed_seq.get(THREAD, 0) if record else 0
-            tail = {row.id for row in await store.aget_messages(THREAD, THREAD, after_seq=after)}
+            tail = {row.id for row in await store.aget_messages(implicit_resource(THREAD), THREAD, after_seq=after)}
             initial = [m for m in history if m.id in tail]
     elif strategy in SUMMARY_CONFIGS:
         trigger, keep = SUMMARY_CONFIGS[strategy]

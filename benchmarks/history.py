@@ -22,7 +22,7 @@ from langgraph.graph.message import add_messages
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.messages import dump_message, message_timestamp
-from langchain_om.store.base import NewMessage, ObservationGroup, OMRecord, OMStore
+from langchain_om.store.base import NewMessage, ObservationGroup, OMRecord, OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
@@ -124,11 +124,11 @@ async def preload_om(store: OMStore, history: list[BaseMessage], counter: TokenC
     """Write ``history`` through the store as if OM had run all along: old messages observed, a log of
     ``observation_tokens`` and an unobserved tail of ``unobserved_tokens``."""
     await store.asetup()
-    await store.aensure_thread(THREAD, THREAD)
+    await store.aensure_thread(implicit_resource(THREAD), THREAD)
     rows = [NewMessage(id=m.id or "", data=dump_message(m), tokens=counter.count_message(m),
                        created_at=message_timestamp(m) or START) for m in history]
     for start in range(0, len(rows), 2000):
-        await store.aappend_messages(THREAD, THREAD, rows[start:start + 2000])
+        await store.aappend_messages(implicit_resource(THREAD), THREAD, rows[start:start + 2000])
     tail = 0
     cut = len(rows)
     while cut > 0 and tail + rows[cut - 1].tokens <= unobserved_tokens:
@@ -143,7 +143,7 @@ async def preload_om(store: OMStore, history: list[BaseMessage], counter: TokenC
     groups = [ObservationGroup(thread_id=THREAD, start_id=rows[min(i * per, cut - 1)].id,
                                end_id=rows[min((i + 1) * per, cut) - 1].id, text=text,
                                tokens=counter.count_text(text)) for i, text in enumerate(texts)]
-    record = OMRecord(resource_id=THREAD, thread_id=THREAD, scope="thread", groups=groups,
+    record = OMRecord(resource_id=implicit_resource(THREAD), thread_id=THREAD, scope="thread", groups=groups,
                       last_observed_seq={THREAD: cut}, last_observed_id={THREAD: rows[cut - 1].id},
                       metadata={"current_task": "Help the user with their plans",
                                 "suggested_response": "Continue with the user's latest request"})

@@ -26,7 +26,7 @@ from typing import Any
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.messages import dump_message, message_timestamp
-from langchain_om.store.base import NewMessage, OMStore
+from langchain_om.store.base import NewMessage, OMRecord, OMStore
 from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
@@ -86,6 +86,41 @@ async def bench_store(store: OMStore, rows: list[NewMessage], threads: int, batc
             "raw_page_ms": summary(raw_ms), "non_empty_pages": pages_seen, "recall_via": "RecallTool.arecall"}
 
 
+async def bench_sqlite_durability(directory: str, rows: list[NewMessage], commits: int) -> dict[str, Any]:
+    """Per-commit cost of SQLite's durability choices: an observation commit (marks messages
+    observed) with NORMAL (the behaviour before) and with FULL (now), and a step's append under
+    ``synchronous="normal"`` (default) and ``"full"``."""
+    result: dict[str, Any] = {"commits": commits}
+    for label, flush in (("observe_commit_normal_ms", False), ("observe_commit_full_ms", True)):
+        store = SQLiteStore(os.path.join(directory, f"durability-{label}.db"))
+        store._FULL_SYNC_OBSERVED = flush  # type: ignore[misc]
+        try:
+            await store.aappend_messages(RESOURCE, "obs", rows[: 2 * commits])
+            record = OMRecord(resource_id=RESOURCE, thread_id="obs")
+            times: list[float] = []
+            for index in range(commits):
+                with Timer() as timer:
+                    record = await store.acommit_record(record, expected_version=record.version,
+                                                        mark_observed={"obs": 2 * (index + 1)})
+                times.append(timer.ms)
+            result[label] = summary(times)
+        finally:
+            await store.aclose()
+    for label, mode in (("append_normal_ms", "normal"), ("append_full_ms", "full")):
+        store = SQLiteStore(os.path.join(directory, f"durability-{label}.db"), synchronous=mode)  # type: ignore[arg-type]
+        try:
+            await store.asetup()
+            times = []
+            for index in range(commits):
+                with Timer() as timer:
+                    await store.aappend_messages(RESOURCE, "app", rows[2 * index: 2 * index + 2])
+                times.append(timer.ms)
+            result[label] = summary(times)
+        finally:
+            await store.aclose()
+    return result
+
+
 def _input(cursor: str, page: int) -> Any:
     from langchain_om.recall import RecallInput
 
@@ -125,6 +160,7 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
             backends["sqlite"] = await bench_store(store, rows, args.threads, args.batch, args.pages)
         finally:
             await store.aclose()
+        durability = await bench_sqlite_durability(tmp, rows, args.commits)
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
     started: tuple[str, str] | None = None
     if not dsn and not args.no_pg:
@@ -151,7 +187,7 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
         ratios["postgres / sqlite recall p95"] = backends["postgres"]["recall_page_ms"]["p95"] / backends["sqlite"][
             "recall_page_ms"]["p95"]
     return {"params": {"messages": args.messages, "threads": args.threads, "batch": args.batch, "pages": args.pages},
-            "backends": backends, "ratios": ratios}
+            "backends": backends, "ratios": ratios, "sqlite_durability": durability}
 
 
 async def _drop_schema(store: PostgresStore, schema: str) -> None:
@@ -183,6 +219,13 @@ def report(payload: dict[str, Any]) -> str:
                 ["backend", "stored", "messages/s", "recall p50 ms", "recall p95 ms", "raw page p95 ms"], rows)
     for key, value in payload["ratios"].items():
         out += f"\n  {key} = {value:.2f}"
+    durability = payload.get("sqlite_durability")
+    if durability:
+        out += "\n" + table(
+            f"SQLite durability: {durability['commits']} commits each (ms per commit)",
+            ["commit", "p50", "p95", "mean"],
+            [[name.removesuffix("_ms").replace("_", " "), d["p50"], d["p95"], d["mean"]]
+             for name, d in durability.items() if name.endswith("_ms")])
     return out
 
 
@@ -191,6 +234,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--threads", type=int, default=10)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--pages", type=int, default=40 if quick else 200)
+    parser.add_argument("--commits", type=int, default=50 if quick else 300,
+                        help="commits timed per SQLite durability setting")
     parser.add_argument("--pg-dsn", default=None)
     parser.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
 

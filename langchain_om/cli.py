@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("thread_id", type=_identifier("thread_id"))
     inspect.add_argument("--db", default=None, help="SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
     inspect.add_argument("--resource", type=_identifier("--resource"), default=None,
-                         help="resource id (default: the thread id)")
+                         help="resource id (default: none, the thread's private resource)")
     inspect.add_argument("--json", action="store_true", help="print the record and status as JSON (snake_case keys)")
     inspect.add_argument("--message-tokens", type=_positive_int, default=None,
                          help="threshold to report the message window against (default: what the writer recorded, "
@@ -203,15 +203,17 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
 async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> int:
     from .demo import THRESHOLDS_KEY
     from .engine import ObservationalMemory
+    from .store.base import implicit_resource
     from .store.sqlite import SQLiteStore
 
-    resource = args.resource or args.thread_id
+    resource = args.resource or implicit_resource(args.thread_id)
     store = SQLiteStore(db)
     await store.asetup()
     try:
         thread = await store.aget_thread(resource, args.thread_id)
         if thread is None:
-            return _error(f"thread_id: thread {args.thread_id!r} not found for resource {resource!r} in {db}")
+            owner = f"resource {args.resource!r}" if args.resource else "a thread without a resource"
+            return _error(f"thread_id: thread {args.thread_id!r} not found for {owner} in {db}")
         scope: Literal["thread", "resource"] = "thread"
         record = await store.aget_record(resource, args.thread_id)
         if record is None and await store.aget_record(resource, None) is not None:
@@ -221,8 +223,8 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
         reflection = {"observation_tokens": int(args.observation_tokens or thresholds.get("observation_tokens")
                                                 or 40_000)}
         om = ObservationalMemory(store, scope=scope, observation=observation, reflection=reflection)
-        record = await om.aget_record(args.thread_id, resource_id=resource)
-        status = await om.astatus(args.thread_id, resource_id=resource)
+        record = await om.aget_record(args.thread_id, resource_id=args.resource)
+        status = await om.astatus(args.thread_id, resource_id=args.resource)
         total = await store.acount_messages(resource, args.thread_id)
         last = await _last_observed(store, record, resource, args.thread_id)
         if args.json:  # snake_case throughout, like the Python models (the status event's wire shape is camelCase)

@@ -36,7 +36,7 @@ from .engine import ObservationalMemory
 from .events import OMEvent
 from .messages import TIMESTAMP_KEY
 from .models import normalize_model_string
-from .store.base import total_tokens
+from .store.base import implicit_resource, total_tokens
 from .store.sqlite import SQLiteStore
 from .testing import ScriptedObserverModel
 
@@ -307,12 +307,13 @@ async def _replay(
     messages = load_conversation(conversation, id_prefix=thread_id)
     steps = split_steps(messages)
     await om.astatus(thread_id)  # creates the schema if the file is new
-    await om.store.aensure_thread(thread_id, thread_id)
+    resource = implicit_resource(thread_id)  # the demo runs without a resource_id
+    await om.store.aensure_thread(resource, thread_id)
     # Thresholds are configuration, not state; record them so ``langchain-om inspect`` shows the same windows.
-    await om.store.aupdate_thread(thread_id, thread_id, metadata={THRESHOLDS_KEY: {
+    await om.store.aupdate_thread(resource, thread_id, metadata={THRESHOLDS_KEY: {
         "message_tokens": om.config.observation.message_tokens,
         "observation_tokens": om.config.reflection.observation_tokens}})
-    stored = await om.store.aget_messages(thread_id, thread_id)
+    stored = await om.store.aget_messages(resource, thread_id)
     stored_ids = {m.id for m in stored}
     resume = next((i for i, step in enumerate(steps) if any(m.id not in stored_ids for m in step)), len(steps))
     end = len(steps) if max_steps is None else min(len(steps), resume + max_steps)
@@ -377,7 +378,7 @@ async def _replay(
 
     record = await om.aget_record(thread_id)
     status = await om.astatus(thread_id)
-    window = await om.store.aget_messages(thread_id, thread_id)
+    window = await om.store.aget_messages(implicit_resource(thread_id), thread_id)
     result.generation_count = record.generation_count
     result.final_log = record.observations
     result.current_task = record.current_task

@@ -94,6 +94,7 @@ from .store.base import (
     SupportsRecordStamp,
     check_id,
     check_thread_id,
+    implicit_resource,
     new_id,
     record_key,
     total_tokens,
@@ -352,7 +353,9 @@ class ObservationalMemory:
         if resource_id is None:
             if self.config.scope == "resource":
                 raise OMConfigError("resource_id", "is required when scope='resource'")
-            return thread_id
+            return implicit_resource(thread_id)  # private to the thread: no explicit id can name it
+        if resource_id == implicit_resource(thread_id):
+            return resource_id  # resolved already (hooks and section providers pass it back): the same thread's
         return check_id(resource_id, "resource_id")
 
     def _record_thread(self, thread_id: str) -> str | None:
@@ -1632,9 +1635,7 @@ class ObservationalMemory:
         key = record_key(resource, self._record_thread(thread_id))
         await self._tasks.wait(key)
         async with self._lock(key):
-            await self.store.adelete_thread(resource, thread_id)
-            if self.config.scope == "resource":
-                await self._forget_thread_watermark(resource, thread_id)
+            await self.store.adelete_thread(resource, thread_id)  # also forgets it in the resource record
             cache_key = record_key(resource, thread_id)
             self._known_ids.pop(cache_key, None)
             self._caller_lists.pop(cache_key, None)
@@ -1646,28 +1647,6 @@ class ObservationalMemory:
             self._pending_events.pop(key, None)
             self._step_numbers.pop(key, None)
             self._reflection_failed_at.pop(key, None)
-
-    async def _forget_thread_watermark(self, resource_id: str, thread_id: str) -> None:
-        """Drop a deleted thread's ``last_observed_seq``, instructions and pin from the resource record.
-
-        A thread created again under the same id numbers its messages from 1; a watermark left
-        behind would hide that many of them from the model and from the Observer.
-        """
-        for _ in range(_MAX_COMMIT_RETRIES):
-            record = await self.store.aget_record(resource_id, None)
-            if record is None:
-                return
-            updated = record.model_copy(deep=True)
-            updated.last_observed_seq.pop(thread_id, None)
-            Instructions.forget(updated.metadata, thread_id)
-            pins = updated.metadata.get("pinned")
-            if isinstance(pins, dict):
-                pins.pop(thread_id, None)
-            if updated == record:
-                return
-            if await self._commit_quietly(updated, record.version):
-                return
-        raise RecordConflictError(f"could not clear thread {thread_id!r} from the resource record")
 
     def delete_thread(self, thread_id: str, **kwargs: Any) -> None:
         """Sync twin of ``adelete_thread``. It waits for the thread's background work, so from inside a

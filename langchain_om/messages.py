@@ -7,6 +7,7 @@ result whose call is missing, and a call whose result is missing.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -34,17 +35,35 @@ def message_timestamp(message: BaseMessage) -> datetime | None:
     if raw is None:
         return None
     if isinstance(raw, datetime):
-        return raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc)
-    if isinstance(raw, (int, float)):
+        return _in_utc_range(raw if raw.tzinfo else raw.replace(tzinfo=timezone.utc))
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        if not math.isfinite(raw):
+            raise ValueError(f"response_metadata.{TIMESTAMP_KEY}: epoch seconds must be a finite number, got {raw!r}")
         seconds = raw / 1000 if raw > 10_000_000_000 else raw
-        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        try:
+            return datetime.fromtimestamp(seconds, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(
+                f"response_metadata.{TIMESTAMP_KEY}: epoch {raw!r} is outside years 1 to 9999"
+            ) from None
     if isinstance(raw, str):
         try:
             parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
         except ValueError as exc:
             raise ValueError(f"response_metadata.{TIMESTAMP_KEY}: not an ISO timestamp: {raw!r}") from exc
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        return _in_utc_range(parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc))
     raise ValueError(f"response_metadata.{TIMESTAMP_KEY}: expected ISO string or epoch, got {type(raw).__name__}")
+
+
+def _in_utc_range(moment: datetime) -> datetime:
+    """Stores keep UTC: an instant whose UTC date is outside years 1..9999 cannot be stored."""
+    try:
+        moment.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError(
+            f"response_metadata.{TIMESTAMP_KEY}: {moment.isoformat()} is outside years 1 to 9999 in UTC"
+        ) from None
+    return moment
 
 
 def dump_message(message: BaseMessage) -> dict[str, Any]:

@@ -310,7 +310,14 @@ def parse_date(value: str, field: str) -> datetime:
         raise ToolException(
             f"{field}: {_show(text)} is not an ISO 8601 date (e.g. \"2026-03-15\" or \"2026-03-10T00:00:00Z\")"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    try:
+        moment.astimezone(timezone.utc)
+    except OverflowError:
+        raise ToolException(
+            f"{field}: {_show(text)} is outside the calendar (years 1 to 9999 in UTC); pass a date inside it"
+        ) from None
+    return moment
 
 
 def _range_hint(cursor: str) -> str | None:

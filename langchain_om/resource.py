@@ -59,15 +59,16 @@ class Slice:
 
 
 async def resource_thread_ids(om: ObservationalMemory, resource_id: str) -> list[str]:
-    """Every thread of the resource (the store lists newest first; pages until exhausted)."""
+    """Every thread of the resource, paged by id (keyset): a thread created or deleted between
+    two pages cannot make another one appear twice (and be observed twice) or be skipped."""
     ids: list[str] = []
-    offset = 0
+    after: str | None = None
     while True:
-        page = await om.store.alist_threads(resource_id, offset=offset, limit=_THREAD_PAGE)
-        ids.extend(t.thread_id for t in page)
+        page = await om.store.alist_thread_ids(resource_id, after_id=after, limit=_THREAD_PAGE)
+        ids.extend(page)
         if len(page) < _THREAD_PAGE:
             return ids
-        offset += _THREAD_PAGE
+        after = page[-1]
 
 
 async def collect_unobserved(

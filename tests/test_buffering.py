@@ -15,6 +15,7 @@ from om_fakes import OBSERVATION, START, CallableFake, conversation, is_reflecto
 from langchain_om.engine import ObservationalMemory
 from langchain_om.events import OMEvent
 from langchain_om.messages import TIMESTAMP_KEY
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
 
@@ -160,7 +161,7 @@ async def test_failed_buffering_falls_back_to_sync_at_the_threshold() -> None:
     events = await run(om, 16)
     sync = of(events, "data-om-observation-end")
     assert sync, "after a buffering failure the threshold runs a synchronous cycle"
-    stored = await om.store.aget_messages("t1", "t1")
+    stored = await om.store.aget_messages(implicit_resource("t1"), "t1")
     assert len(stored) == 31  # nothing lost
 
 
@@ -291,9 +292,9 @@ async def test_concurrent_steps_never_double_observe() -> None:
         await asyncio.gather(*(om.aprocess("t1", h) for h in batch), om.aprocess("t1", batch[-1]))
     await om.aclose()
     store = om.store
-    record = await store.aget_record("t1", "t1")
+    record = await store.aget_record(implicit_resource("t1"), "t1")
     assert record is not None
-    stored = await store.aget_messages("t1", "t1")
+    stored = await store.aget_messages(implicit_resource("t1"), "t1")
     seq_of = {m.id: m.seq for m in stored}
     spans = sorted((seq_of[g.start_id], seq_of[g.end_id]) for g in record.groups)
     for (_, end), (start, _) in pairwise(spans):
@@ -316,7 +317,7 @@ async def test_aclose_cancel_leaves_a_consistent_record() -> None:
     assert status.windows.buffered.observations.status == "running"
     record_before = await om.aget_record("t1")
     await om.aclose(cancel=True)
-    record_after = await om.store.aget_record("t1", "t1")
+    record_after = await om.store.aget_record(implicit_resource("t1"), "t1")
     assert record_after is not None and record_after.version == record_before.version
     assert record_after.buffered_chunks == []
 

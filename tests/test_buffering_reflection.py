@@ -15,7 +15,7 @@ from langchain_om.engine import ObservationalMemory
 from langchain_om.events import OMEvent
 from langchain_om.messages import TIMESTAMP_KEY
 from langchain_om.reflector import parse_reflector_output
-from langchain_om.store.base import BufferedReflection, ObservationGroup, OMRecord
+from langchain_om.store.base import BufferedReflection, ObservationGroup, OMRecord, implicit_resource
 
 GPT = {"model_name": "gpt-4o", "model_provider": "openai"}
 
@@ -197,7 +197,7 @@ async def test_failed_background_reflection_falls_back_to_sync_at_the_threshold(
     record = await om.aget_record("t1")
     assert record.generation_count == 1 and record.groups[0].source == "reflection"
     assert "reflection_buffering_failed" not in record.metadata
-    assert len(await om.store.aget_messages("t1", "t1")) == 4
+    assert len(await om.store.aget_messages(implicit_resource("t1"), "t1")) == 4
 
 
 # ---------------------------------------------------------------- block_after and start share
@@ -330,12 +330,12 @@ async def test_aclose_waits_for_running_buffering_and_commits_its_chunk() -> Non
     assert before.buffered_chunks == []
     asyncio.get_running_loop().call_later(0.2, gate.set)
     await om.aclose()
-    record = await om.store.aget_record("t1", "t1")
+    record = await om.store.aget_record(implicit_resource("t1"), "t1")
     assert record is not None and len(record.buffered_chunks) == 1
     assert record.version == before.version + 1
     assert record.groups == [] and record.last_observed_seq == {}
     chunk = record.buffered_chunks[0]
-    stored = await om.store.aget_messages("t1", "t1")
+    stored = await om.store.aget_messages(implicit_resource("t1"), "t1")
     covered = [m for m in stored if chunk.start_seq <= m.seq <= chunk.end_seq]
     assert covered[0].id == chunk.start_id == "h0" and covered[-1].id == chunk.end_id
     assert chunk.message_count == len(covered) and chunk.message_tokens == sum(m.tokens for m in covered)

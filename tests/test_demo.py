@@ -22,6 +22,7 @@ from langchain_om.demo import (
     split_steps,
 )
 from langchain_om.messages import message_timestamp
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.sqlite import SQLiteStore
 
 
@@ -97,7 +98,7 @@ async def test_demo_crosses_both_thresholds_and_resumes_on_the_same_db(tmp_path:
     store = SQLiteStore(str(db))
     await store.asetup()
     try:
-        stored = await store.aget_messages("demo-trip", "demo-trip")
+        stored = await store.aget_messages(implicit_resource("demo-trip"), "demo-trip")
         assert len({m.id for m in stored}) == len(stored) == len(load_conversation())
     finally:
         await store.aclose()

@@ -18,7 +18,7 @@ from pydantic import Field
 from langchain_om.config import OMConfigError
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.store.base import OMRecord, OMStore, RecordConflictError
+from langchain_om.store.base import OMRecord, OMStore, RecordConflictError, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 
@@ -73,7 +73,7 @@ async def test_crossing_message_threshold_observes_and_bounds_context() -> None:
     group = record.groups[0]
     assert group.start_id == "h0"
     # raw messages are never deleted, only marked observed
-    stored = await store.aget_messages("t1", "t1")
+    stored = await store.aget_messages(implicit_resource("t1"), "t1")
     assert len(stored) == 23
     assert [m.id for m in stored if m.observed][-1] == group.end_id or len(record.groups) > 1
     # the observer was shown dated transcript lines
@@ -128,7 +128,7 @@ async def test_malformed_observer_output_fails_cleanly_and_loses_nothing(garbage
     # nothing observed, nothing lost: the whole history is still in the context
     record = await om.aget_record("t1")
     assert record.groups == []
-    assert not any(m.observed for m in await store.aget_messages("t1", "t1"))
+    assert not any(m.observed for m in await store.aget_messages(implicit_resource("t1"), "t1"))
     assert failed_ctx.system_message is None
     assert len(failed_ctx.messages) == len(history)
     # the next step retries and succeeds
@@ -171,7 +171,7 @@ async def test_observer_timeout_degrades_to_failure_and_the_next_step_retries() 
     failure = next(e for e in events if e.type == "data-om-observation-failed")
     assert "Timeout" in failure.data.error
     assert len(ctx.messages) == len(history), "the raw history stays in the context"
-    assert not any(m.observed for m in await store.aget_messages("t1", "t1"))
+    assert not any(m.observed for m in await store.aget_messages(implicit_resource("t1"), "t1"))
     ctx = await om.aprocess("t1", history)
     assert any(e.type == "data-om-observation-end" for e in ctx.events)
     assert len(ctx.messages) < len(history)
@@ -282,13 +282,13 @@ async def test_crash_between_observation_and_marking_redoes_once(tmp_path: Path)
 
     fresh_store = SQLiteStore(path)
     fresh = make_om(fresh_store, model)
-    before = await fresh_store.aget_messages("t1", "t1")
+    before = await fresh_store.aget_messages(implicit_resource("t1"), "t1")
     assert not any(m.observed for m in before)
     record = await fresh.aget_record("t1")
     assert record.groups == []
     for history in histories:
         await fresh.aprocess("t1", history)
-    after = await fresh_store.aget_messages("t1", "t1")
+    after = await fresh_store.aget_messages(implicit_resource("t1"), "t1")
     ids = [m.id for m in after]
     assert len(ids) == len(set(ids)) == len(histories[-1])
     record = await fresh.aget_record("t1")
@@ -511,7 +511,7 @@ async def test_window_keeps_store_order_when_another_worker_stored_rows_in_betwe
     assert [m.id for m in ctx.messages] == ["h0"]
     from langchain_om.store.base import NewMessage
 
-    await other.aappend_messages("t1", "t1", [
+    await other.aappend_messages(implicit_resource("t1"), "t1", [
         NewMessage(id="x1", data={"type": "ai", "data": {"content": "from another worker"}}, tokens=5),
         NewMessage(id="x2", data={"type": "human", "data": {"content": "also theirs"}}, tokens=5),
     ])
@@ -520,6 +520,6 @@ async def test_window_keeps_store_order_when_another_worker_stored_rows_in_betwe
     ctx = await one.aprocess("t1", [HumanMessage("first", id="h0"), HumanMessage("mine", id="h1"),
                                     AIMessage("reply", id="a1"), HumanMessage("next", id="h2")])
     assert [m.id for m in ctx.messages] == ["h0", "x1", "x2", "h1", "a1", "h2"]
-    assert [m.seq for m in await other.aget_messages("t1", "t1")] == [1, 2, 3, 4, 5, 6]
+    assert [m.seq for m in await other.aget_messages(implicit_resource("t1"), "t1")] == [1, 2, 3, 4, 5, 6]
     await other.aclose()
     await one.aclose()

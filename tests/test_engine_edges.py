@@ -10,6 +10,7 @@ from langchain_core.messages import BaseMessage
 from om_fakes import OBSERVATION, CallableFake, conversation, is_reflector_prompt
 
 from langchain_om.engine import ObservationalMemory
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.tokens import EstimatorCounter, TiktokenCounter, load_o200k_encoding
 
@@ -33,7 +34,7 @@ async def test_disabled_memory_stores_but_never_observes() -> None:
     assert model.prompts == [], "no OM model call while disabled"
     assert ctx.system_message is None
     assert [m.id for m in ctx.messages] == [m.id for m in history], "the history passes through unchanged"
-    stored = await om.store.aget_messages("t1", "t1")
+    stored = await om.store.aget_messages(implicit_resource("t1"), "t1")
     assert len(stored) == len(history), "messages are still stored, so turning OM on later loses nothing"
 
 
@@ -107,7 +108,8 @@ async def test_async_callers_can_wait_for_work_the_sync_twins_started() -> None:
     assert record.buffered_chunks, "the background chunk was committed before await_background returned"
     om.process("t1", list(conversation(5))[-1])
     await om.aclose()  # waits for the private loop's task too
-    assert len((await om.store.aget_record("t1", "t1")).buffered_chunks) > len(record.buffered_chunks)
+    stored_record = await om.store.aget_record(implicit_resource("t1"), "t1")
+    assert len(stored_record.buffered_chunks) > len(record.buffered_chunks)
 
 
 @pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
@@ -130,7 +132,7 @@ async def test_a_tool_artifact_json_cannot_hold_does_not_stall_the_thread(store_
     ctx = await om.aprocess("th", history)
     assert [m.id for m in ctx.messages] == ["h1", "a1", "t1", "t2"]
     assert history[2].artifact == b"%PDF-1.7 raw bytes", "the caller's message is untouched"  # type: ignore[attr-defined]
-    stored = {m.id: m.data["data"] for m in await store.aget_messages("th", "th")}
+    stored = {m.id: m.data["data"] for m in await store.aget_messages(implicit_resource("th"), "th")}
     assert stored["t1"]["artifact"] is None and stored["t1"]["content"] == "report fetched"
     assert stored["t2"]["artifact"] == {"pages": 3}
     ctx = await om.aprocess("th", [*history, AIMessage("done", id="a2")])

@@ -14,6 +14,7 @@ from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory, OMContext
 from langchain_om.events import OMEvent
 from langchain_om.extractors import Extractor, slugify
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
 
@@ -309,7 +310,7 @@ async def test_builtin_values_go_through_the_pipeline_and_are_mirrored() -> None
     assert record.metadata["om"]["extracted"]["current-task"] == "Choose a chicken-free food."
     assert record.metadata["current_task"] == "Choose a chicken-free food."
     assert record.current_task == "Choose a chicken-free food."
-    thread = await om.store.aget_thread("t1", "t1")
+    thread = await om.store.aget_thread(implicit_resource("t1"), "t1")
     assert thread is not None and thread.title is None
     assert not any(e.type == "data-om-thread-update" for c in contexts for e in c.events)
 
@@ -326,7 +327,7 @@ async def test_thread_title_updates_the_thread_only_when_enabled() -> None:
     assert update.to_part()["data"]["newTitle"] == "Cat food"
     assert "thread title" in observer_text(model.prompts()[0]).lower() or "thread-title" in observer_text(
         model.prompts()[0])
-    thread = await om.store.aget_thread("t1", "t1")
+    thread = await om.store.aget_thread(implicit_resource("t1"), "t1")
     assert thread is not None and thread.title == "Cat food"
     record = await om.aget_record("t1")
     assert record.metadata["om"]["extracted"]["thread-title"] == "Cat food"

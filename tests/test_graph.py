@@ -31,7 +31,7 @@ from langchain_om.graph import (
     om_tools,
 )
 from langchain_om.models import ModelByInputTokens
-from langchain_om.store.base import OMStore
+from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.sqlite import SQLiteStore
@@ -88,7 +88,8 @@ def build(om: ObservationalMemory, recorder: Recorder, *, sync: bool = False) ->
 async def expected_context_ids(om: ObservationalMemory, thread_id: str) -> list[str]:
     """What the model must see: OM system message (once observed) + pinned human + unobserved."""
     record = await om.aget_record(thread_id)
-    window = await om.store.aget_messages(thread_id, thread_id, after_seq=record.last_observed_seq.get(thread_id, 0))
+    after = record.last_observed_seq.get(thread_id, 0)
+    window = await om.store.aget_messages(implicit_resource(thread_id), thread_id, after_seq=after)
     ids = [m.id for m in window]
     pinned = record.metadata.get("pinned_message_id")
     if isinstance(pinned, str) and not any(m.data.get("type") == "human" for m in window):
@@ -162,7 +163,7 @@ async def test_async_graph_60_turns_every_checkpointer(saver_kind: str, store: O
         assert [m.id for m in state.values["messages"][:-1]] == [m.id for m in recorder.seen[-1]]
         assert isinstance(state.values["messages"][-1], AIMessage)
         # raw messages are all still in the store (the last reply is stored by the next step)
-        assert len(await store.aget_messages(thread, thread)) == 2 * TURNS - 1
+        assert len(await store.aget_messages(implicit_resource(thread), thread)) == 2 * TURNS - 1
         # the system message shows the stored log
         assert record.groups[-1].text.strip()[:60] in str(recorder.seen[-1][0].content)
 
@@ -661,7 +662,7 @@ async def test_buffer_on_idle_buffers_at_the_end_of_each_turn(sync: bool) -> Non
             result = await graph.ainvoke({"messages": [user_turn(turn)]}, config)
         await om.await_background()
         record = await om.aget_record("idle")
-        stored = await om.store.aget_messages("idle", "idle")
+        stored = await om.store.aget_messages(implicit_resource("idle"), "idle")
         final = result["messages"][-1]
         assert stored[-1].id == final.id, "the turn's final reply is stored at turn end"
         assert record.buffered_chunks and record.buffered_chunks[-1].end_id == final.id, "pending work buffered"

@@ -27,7 +27,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
 from langchain_om.history import ObservationalChatMessageHistory
-from langchain_om.store.base import OMStore
+from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
@@ -163,7 +163,7 @@ async def test_messages_become_the_om_context_after_observation(store: OMStore) 
     assert len(context) < 40
     record = await om.aget_record("h-long")
     assert record.generation_count >= 1, "the reflection threshold was crossed too"
-    assert len(await store.aget_messages("h-long", "h-long")) == 120, "raw messages are kept"
+    assert len(await store.aget_messages(implicit_resource("h-long"), "h-long")) == 120, "raw messages are kept"
 
 
 @pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
@@ -187,7 +187,7 @@ async def test_runnable_with_message_history_60_turns(store: OMStore) -> None:
         answer = await chain.ainvoke({"question": f"Turn {i}: I like colour {i}. " + "more " * 25}, config)
         assert isinstance(answer, AIMessage)
         await om.await_background()
-    stored = await store.aget_messages("s1", "s1")
+    stored = await store.aget_messages(implicit_resource("s1"), "s1")
     assert len(stored) == 120, "every question and answer was stored through OM"
     last = model.calls[-1]
     assert last[0].content == "You are a helpful assistant."
@@ -212,5 +212,5 @@ async def test_an_aborted_step_raises_instead_of_returning_an_over_budget_histor
         await history.aget_messages()
     with pytest.raises(OMAborted):
         _ = history.messages
-    stored = await om.store.aget_messages("t1", "t1")
+    stored = await om.store.aget_messages(implicit_resource("t1"), "t1")
     assert [m.id for m in stored] == ["h1", "a1", "h2"] and not any(m.observed for m in stored)

@@ -13,6 +13,7 @@ from om_recording import RecordingModel, observer_reply
 from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory
 from langchain_om.hooks import HookContext, ObserveHooks
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
 SHORT_REFLECTION = "<observations>\n* 🔴 Miso: no chicken.\n</observations>"
@@ -92,7 +93,7 @@ async def test_turn_sync_trigger_from_aprocess() -> None:
         if "on_observation_end" in recorder.names():
             break
     end = recorder.get("on_observation_end")
-    assert end.trigger == "turn-sync" and end.thread_id == "t1" and end.resource_id == "t1"
+    assert end.trigger == "turn-sync" and end.thread_id == "t1" and end.resource_id == implicit_resource("t1")
     assert recorder.get("on_observation_start").trigger == "turn-sync"
     assert end.usage is not None and end.usage["input_tokens"] == 321
 

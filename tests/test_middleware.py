@@ -18,7 +18,7 @@ from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
 from langchain_om.middleware import TRIPWIRE_KEY, ObservationalMemoryMiddleware, merge_system_messages, model_id
 from langchain_om.models import ModelByInputTokens
-from langchain_om.store.base import OMStore
+from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
@@ -137,7 +137,8 @@ def test_sync_agent_60_turns() -> None:
         check_model_inputs(model.calls, messages)
         record = om.get_record("mw-sync")
         assert record.groups and record.generation_count >= 1
-        stored = asyncio.run(store.aget_messages("mw-sync", "mw-sync"))  # the in-memory store has no loop of its own
+        # the in-memory store has no loop of its own
+        stored = asyncio.run(store.aget_messages(implicit_resource("mw-sync"), "mw-sync"))
         check_bounded_state(messages, stored, record.last_observed_seq["mw-sync"])
         statuses = [e for e in handler.events if e.type == "data-om-status"]
         assert len(statuses) == len(model.calls)
@@ -419,7 +420,7 @@ async def test_keep_in_state_turn_leaves_only_the_current_turn_while_the_model_s
     assert not (await om.aget_record("turn")).groups, "nothing was observed: the window held nothing back"
     seen = [m for m in model.calls[-1] if m.type != "system"]
     assert len(seen) == 11, "the model saw all five earlier turns and the new message, from OM's store"
-    assert len(await om.store.aget_messages("turn", "turn")) == 12, "every message stored once"
+    assert len(await om.store.aget_messages(implicit_resource("turn"), "turn")) == 12, "every message stored once"
 
     again = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om, keep_in_state="turn")],
                          checkpointer=saver)

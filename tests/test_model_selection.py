@@ -11,6 +11,7 @@ from om_recording import RecordingModel, observer_reply
 
 from langchain_om.engine import ObservationalMemory, OMContext
 from langchain_om.models import ModelByInputTokens, ModelSelectionError
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
 SHORT_REFLECTION = "<observations>\n* 🔴 Miso: no chicken.\n</observations>"
@@ -99,7 +100,8 @@ async def test_dynamic_model_callable_gets_the_context() -> None:
     await om.areflect("t1")
     assert len(observer_model.calls) == 1 and len(reflector_model.calls) == 1
     first = seen[0]
-    assert first["thread_id"] == "t1" and first["resource_id"] == "t1" and first["trigger"] == "turn-sync"
+    assert first["thread_id"] == "t1" and first["trigger"] == "turn-sync"
+    assert first["resource_id"] == implicit_resource("t1")
     assert first["input_tokens"] > 0 and first["memory"] is om
     assert seen[-1]["role"] == "reflector" and seen[-1]["trigger"] == "manual"
 

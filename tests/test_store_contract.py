@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from langchain_om.store import (
     SCHEMA_VERSION,
+    BufferedChunk,
     InMemoryStore,
     InvalidStoreInput,
     NewMessage,
@@ -36,6 +37,7 @@ from langchain_om.store import (
     SupportsRecordStamp,
     default_store,
 )
+from langchain_om.store.base import implicit_resource
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 R1, R2 = "res-1", "res-2"
@@ -326,7 +328,11 @@ def test_sqlite_marks_observed_through_the_unobserved_index(tmp_path: Path) -> N
 
     conn = sqlite3.connect(tmp_path / "plan.db")
     for version in sorted(MIGRATIONS):
-        conn.executescript(MIGRATIONS[version])
+        migration = MIGRATIONS[version]
+        if callable(migration):
+            migration(conn)
+        else:
+            conn.executescript(migration)
     plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + MARK_OBSERVED_SQL, ("x", "t", 5, "r")))
     assert "messages_unobserved" in plan
 
@@ -640,8 +646,10 @@ async def test_awkward_content_round_trips(store: OMStore) -> None:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    resource=st.text(min_size=1, max_size=40).filter(lambda s: s.strip() and "\x00" not in s and "\x1f" not in s),
-    thread=st.text(min_size=1, max_size=40).filter(lambda s: s.strip() and "\x00" not in s and "\x1f" not in s),
+    resource=st.text(min_size=1, max_size=40).filter(lambda s: s.strip() and not set(s) & {"\x00", "\x1e", "\x1f"}),
+    thread=st.text(min_size=1, max_size=40).filter(
+        lambda s: s.strip() and s != "*" and not set(s) & {"\x00", "\x1e", "\x1f"}
+    ),
 )
 async def test_any_valid_id_round_trips(store: OMStore, resource: str, thread: str) -> None:
     await store.aappend_messages(resource, thread, [msg("m1")])
@@ -1046,3 +1054,174 @@ def test_postgres_store_validates_arguments() -> None:
     assert err.value.field == "schema"
     with pytest.raises(InvalidStoreInput):
         PostgresStore("postgresql://x", pool=object())  # type: ignore[arg-type]
+
+
+# ---- issue 15: instants, ids, resource-scope deletes, keyset paging -------------------------
+
+_ANY_OFFSET = st.integers(min_value=-(23 * 60 + 59), max_value=23 * 60 + 59).map(
+    lambda minutes: timezone(timedelta(minutes=minutes))
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(moment=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(None)),
+       zone=_ANY_OFFSET)
+async def test_every_instant_round_trips(store: OMStore, moment: datetime, zone: timezone) -> None:
+    """Years 1..9999 at any UTC offset (SQLite once wrote year 999 as '999-', unreadable forever)."""
+    aware = moment.replace(tzinfo=zone)
+    thread = f"t-{uuid4_hex()}"
+    await store.aappend_messages(R1, thread, [NewMessage(id="m1", data={"x": 1}, created_at=aware)])
+    stored = await store.aget_messages(R1, thread)
+    assert stored[0].created_at == aware and stored[0].created_at.utcoffset() == timedelta(0)
+    assert await store.aget_message(R1, "m1") is not None
+    listed = await store.alist_threads(R1, before=aware, limit=1)
+    assert all(t.created_at < aware for t in listed)
+
+
+@pytest.mark.parametrize("moment", [
+    datetime(1, 1, 1, 1, tzinfo=timezone(timedelta(hours=5))),
+    datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5))),
+])
+async def test_an_instant_outside_utc_years_is_refused_naming_the_field(store: OMStore, moment: datetime) -> None:
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aappend_messages(R1, "t1", [NewMessage(id="m1", data={}, created_at=moment)])
+    assert err.value.field == "messages[0].created_at"
+    with pytest.raises(InvalidStoreInput) as err2:
+        await store.alist_threads(R1, before=moment)
+    assert err2.value.field == "before"
+    assert await store.aget_thread(R1, "t1") is None
+
+
+@pytest.mark.parametrize("field", ["resource_id", "thread_id", "message id"])
+async def test_ids_with_lone_surrogates_are_refused_naming_the_field(store: OMStore, field: str) -> None:
+    bad = "user-\ud800"
+    ids = {"resource_id": (bad, "t1", "m1"), "thread_id": (R1, bad, "m1"), "message id": (R1, "t1", bad)}[field]
+    with pytest.raises(InvalidStoreInput) as err:
+        await store.aappend_messages(ids[0], ids[1], [msg(ids[2])])
+    assert "surrogate" in str(err.value)
+    assert err.value.field == {"resource_id": "resource_id", "thread_id": "thread_id",
+                               "message id": "messages[0].id"}[field]
+    with pytest.raises(InvalidStoreInput):
+        await store.aput_value(bad, "ns", "k", 1)
+    assert await store.alist_threads(R1) == []
+
+
+async def test_explicit_ids_cannot_name_a_threads_private_resource(store: OMStore) -> None:
+    private = implicit_resource("t1")
+    await store.aappend_messages(private, "t1", [msg("m1")])
+    assert [m.id for m in await store.aget_messages(private, "t1")] == ["m1"]
+    assert await store.aget_messages("t1", "t1") == []
+    for bad in ("\x1ethread:t1", "a\x1eb"):
+        with pytest.raises(InvalidStoreInput) as err:
+            await store.aappend_messages(R1, bad, [msg("m2")])
+        assert err.value.field == "thread_id"
+    with pytest.raises(InvalidStoreInput):
+        await store.aget_messages(implicit_resource("t1") + "\x1e", "t1")
+
+
+def _group(thread_id: str, text: str, thread_ids: list[str] | None = None) -> ObservationGroup:
+    return ObservationGroup(thread_id=thread_id, start_id="m1", end_id="m2", text=text, thread_ids=thread_ids or [])
+
+
+async def test_deleting_a_thread_forgets_it_in_the_resource_record_in_the_same_transaction(store: OMStore) -> None:
+    for thread in ("doomed", "kept"):
+        await store.aappend_messages(R1, thread, msgs(f"{thread}-", 3))
+    shared = OMRecord(
+        resource_id=R1, thread_id=None, scope="resource",
+        groups=[_group("doomed", "passport 123"), _group("kept", "likes tea"),
+                _group("doomed", "both threads", ["doomed", "kept"])],
+        last_observed_seq={"doomed": 3, "kept": 3}, last_observed_id={"doomed": "doomed-3", "kept": "kept-3"},
+        buffered_chunks=[BufferedChunk(thread_id="doomed", start_seq=4, end_seq=4, start_id="x", end_id="x",
+                                       message_count=1, message_tokens=1, observations="o", observation_tokens=1)],
+    )
+    created = await store.acommit_record(shared, expected_version=0)
+    await store.adelete_thread(R1, "doomed")
+    after = await store.aget_record(R1, None)
+    assert after is not None and after.version == created.version + 1, "one write, versioned like any commit"
+    assert [g.text for g in after.groups] == ["likes tea", "both threads"], "a mixed group stays whole"
+    assert after.last_observed_seq == {"kept": 3} and after.last_observed_id == {"kept": "kept-3"}
+    assert after.buffered_chunks == []
+    assert await store.aget_messages(R1, "doomed") == []
+    assert len(await store.aget_messages(R1, "kept")) == 3
+    with pytest.raises(RecordConflictError):  # a worker holding the old record must reload
+        await store.acommit_record(created, expected_version=created.version)
+    await store.adelete_thread(R2, "kept")  # another resource's delete touches nothing
+    assert await store.aget_record(R1, None) == after
+
+
+async def test_thread_id_keyset_paging_never_repeats_or_skips(store: OMStore) -> None:
+    for name in ("b", "d", "f", "h"):
+        await store.aensure_thread(R1, name)
+    await store.aensure_thread(R2, "c-foreign")
+    first = await store.alist_thread_ids(R1, limit=2)
+    assert first == ["b", "d"]
+    await store.aensure_thread(R1, "a")  # created between two page reads, sorts before the cursor
+    await store.aensure_thread(R1, "e")  # and one after it
+    second = await store.alist_thread_ids(R1, after_id=first[-1], limit=2)
+    third = await store.alist_thread_ids(R1, after_id=second[-1], limit=2)
+    seen = first + second + third
+    assert seen == ["b", "d", "e", "f", "h"], "no thread twice, none of the old ones skipped"
+    assert await store.alist_thread_ids(R1, after_id="h") == []
+    assert await store.alist_thread_ids(R1, limit=0) == []
+    assert await store.alist_thread_ids(R2) == ["c-foreign"]
+
+
+def uuid4_hex() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:12]
+
+
+async def test_sqlite_flushes_commits_that_mark_messages_observed(sqlite_path: Path) -> None:
+    """A commit that marks messages observed runs with synchronous = FULL (durable before the
+    checkpoint that drops those messages from the state); appends and plain commits keep NORMAL."""
+    store = SQLiteStore(sqlite_path)
+    await store.aappend_messages(R1, "t1", msgs("m", 4))
+    statements: list[str] = []
+    assert store._conn is not None
+    store._conn.set_trace_callback(statements.append)
+    created = await store.acommit_record(record(), expected_version=0)
+    plain = list(statements)
+    statements.clear()
+    await store.acommit_record(created, expected_version=1, mark_observed={"t1": 2})
+    marking = list(statements)
+    statements.clear()
+    await store.aappend_messages(R1, "t1", msgs("n", 2))
+    append = list(statements)
+    await store.aclose()
+    assert not any("synchronous" in s for s in plain + append)
+    assert marking[0] == "PRAGMA synchronous = FULL" and marking[1] == "BEGIN IMMEDIATE"
+    assert marking[-1] == "PRAGMA synchronous = NORMAL" and "COMMIT" in marking
+    assert [m.observed for m in await SQLiteStore(sqlite_path).aget_messages(R1, "t1")][:3] == [True, True, False]
+    with pytest.raises(InvalidStoreInput) as err:
+        SQLiteStore(sqlite_path, synchronous="off")  # type: ignore[arg-type]
+    assert err.value.field == "synchronous"
+    always = SQLiteStore(sqlite_path, synchronous="full")
+    await always.asetup()
+    assert always._conn is not None and always._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    await always.aclose()
+
+
+async def test_postgres_reads_every_instant_whatever_the_session_time_zone(pg_dsn: str, pg_schema: str) -> None:
+    """Read as timestamptz in a western session zone, year 1 in UTC would be a BC date psycopg refuses."""
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(pg_dsn, kwargs={"autocommit": True, "options": "-c TimeZone=America/New_York"},
+                               open=False)
+    await pool.open(wait=True)
+    store = PostgresStore(pool=pool, schema=pg_schema)
+    try:
+        edges = [datetime(1, 1, 1, 2, tzinfo=timezone.utc), datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)]
+        await store.aappend_messages(R1, "t1", [NewMessage(id=f"m{i}", data={}, created_at=moment)
+                                                for i, moment in enumerate(edges)])
+        assert [m.created_at for m in await store.aget_messages(R1, "t1")] == edges
+        assert (await store.aget_message(R1, "m0")).created_at == edges[0]  # type: ignore[union-attr]
+        created = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 2})
+        stamp = await store.aget_record_stamp(R1, "t1")
+        assert stamp == (1, created.updated_at)
+        assert all(m.observed_at is not None and m.observed_at.utcoffset() == timedelta(0)
+                   for m in await store.aget_messages(R1, "t1"))
+        assert (await store.alist_threads(R1))[0].created_at.utcoffset() == timedelta(0)
+    finally:
+        await store.aclose()
+        await pool.close()

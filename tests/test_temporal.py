@@ -12,6 +12,7 @@ from langchain_om.engine import ObservationalMemory
 from langchain_om.events import TemporalMarkerEvent
 from langchain_om.observer import OBSERVER_PROMPT_MARKER
 from langchain_om.store import InMemoryStore
+from langchain_om.store.base import implicit_resource
 from langchain_om.temporal import describe_gap, format_moment, marker_text
 from langchain_om.testing import ScriptedObserverModel
 
@@ -52,7 +53,7 @@ async def test_late_user_message_gets_a_persisted_marker_and_event() -> None:
     late = T0 + timedelta(hours=3, seconds=10)
     history.append(human("I'm back", "h2", late))
     ctx = await om.aprocess("t", history, now=late)
-    stored = await om.store.aget_messages("t", "t")
+    stored = await om.store.aget_messages(implicit_resource("t"), "t")
     assert [m.kind for m in stored] == ["message", "message", "temporal-marker", "message"]
     marker = stored[2]
     assert marker.data["type"] == "human"
@@ -76,7 +77,7 @@ async def test_threshold_is_ten_minutes_and_only_for_user_messages() -> None:
         human("d", "m4", T0 + timedelta(minutes=49, seconds=59)),  # exactly 10 minutes: marker
     ]
     ctx = await om.aprocess("t", msgs, now=T0 + timedelta(hours=1))
-    stored = await om.store.aget_messages("t", "t")
+    stored = await om.store.aget_messages(implicit_resource("t"), "t")
     assert [m.id if m.kind == "message" else "MARKER" for m in stored] == ["m1", "m2", "m3", "MARKER", "m4"]
     assert len(markers(ctx.events)) == 1
 
@@ -85,12 +86,12 @@ async def test_off_by_default_and_idempotent() -> None:
     plain = om_with(temporal_markers=False)
     msgs = [human("a", "m1", T0), human("b", "m2", T0 + timedelta(days=2))]
     await plain.aprocess("t", msgs, now=T0 + timedelta(days=2))
-    assert all(m.kind == "message" for m in await plain.store.aget_messages("t", "t"))
+    assert all(m.kind == "message" for m in await plain.store.aget_messages(implicit_resource("t"), "t"))
     om = om_with()
     await om.aprocess("t", msgs, now=T0 + timedelta(days=2))
     again = ObservationalMemory(om.store, model=ScriptedObserverModel(), temporal_markers=True)
     await again.aprocess("t", msgs, now=T0 + timedelta(days=2))  # a second worker, fresh caches
-    kinds = [m.kind for m in await om.store.aget_messages("t", "t")]
+    kinds = [m.kind for m in await om.store.aget_messages(implicit_resource("t"), "t")]
     assert kinds.count("temporal-marker") == 1
 
 
@@ -130,5 +131,5 @@ async def test_a_synchronous_cut_keeps_the_marker_with_its_message() -> None:
     kept = list(ctx.messages)
     assert kept[-1].id == "m3"
     assert len(kept) == 2 and "<time-gap>" in str(kept[0].content), "the marker stays in front of m3"
-    stored = await om.store.aget_messages("t", "t")  # no resource id given: the thread is its own resource
+    stored = await om.store.aget_messages(implicit_resource("t"), "t")  # no resource id given: the thread's own
     assert [m.id for m in stored if m.observed] == ["m1", "m2"]

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory, OMContext
 from langchain_om.extractors import Extractor
+from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.working_memory import NAMESPACE, TOOL_NAME, WorkingMemoryExtractor
 
@@ -170,7 +171,7 @@ async def test_update_tool_takes_the_user_id_alias_like_the_other_integrations()
     config: Any = {"configurable": {"thread_id": "t1", "user_id": "alice"}}
     await tool.ainvoke({"content": "- Name: Alice"}, config=config)
     assert await om.working_memory.aget("t9", resource_id="alice") == "- Name: Alice"
-    assert await om.working_memory.aget("t1", resource_id="t1") is None
+    assert await om.working_memory.aget("t1") is None  # nor under the thread's private resource
     both: Any = {"configurable": {"thread_id": "t1", "resource_id": "u7", "user_id": "alice"}}
     await tool.ainvoke({"content": "- Name: Ren"}, config=both)
     assert await om.working_memory.aget("t1", resource_id="u7") == "- Name: Ren"
@@ -216,11 +217,12 @@ async def test_state_signals_skip_unchanged_documents() -> None:
     om = make_om(model, store=store, observation={"manage_working_memory": True})
     assert om.working_memory is not None
     await om.working_memory.aset("t1", "- Name: Aiko")
-    before = await store.aget_value("t1", NAMESPACE, "resource")
+    before = await store.aget_value(implicit_resource("t1"), NAMESPACE, "resource")
     contexts = await observe_once(om)
     end = next(e for c in contexts for e in c.events if e.type == "data-om-observation-end")
     assert "working-memory" not in (end.data.extracted_values or {})  # type: ignore[attr-defined]
-    assert await store.aget_value("t1", NAMESPACE, "resource") == before, "unchanged: nothing rewritten"
+    after = await store.aget_value(implicit_resource("t1"), NAMESPACE, "resource")
+    assert after == before, "unchanged: nothing rewritten"
 
 
 def person_answer(changes: dict[str, Any]) -> Any:

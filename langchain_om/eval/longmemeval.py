@@ -40,6 +40,7 @@ from rich.table import Table
 from ..engine import ObservationalMemory
 from ..messages import TIMESTAMP_KEY, message_timestamp
 from ..models import normalize_model_string
+from ..store.base import implicit_resource
 from ..store.sqlite import SQLiteStore
 from .prompts import ANSWER_INSTRUCTIONS, JUDGE_SYSTEM, is_abstention, judge_prompt, parse_verdict
 from .scripted import is_scripted, scripted_model
@@ -352,9 +353,10 @@ async def evaluate_question(
     """Ingest, ask, judge one question; returns its JSONL row."""
     thread = f"lme-{item.question_id}"
     started = time.perf_counter()
-    await om.store.adelete_thread(thread, thread)  # a question cut off mid-ingestion starts over
-    await om.store.adelete_record(thread, thread)
-    await om.store.aensure_thread(thread, thread, metadata={"question_id": item.question_id})
+    resource = implicit_resource(thread)  # questions run without a resource_id
+    await om.store.adelete_thread(resource, thread)  # a question cut off mid-ingestion starts over
+    await om.store.adelete_record(resource, thread)
+    await om.store.aensure_thread(resource, thread, metadata={"question_id": item.question_id})
     observed_events: dict[str, int] = defaultdict(int)
     steps = 0
     for session in haystack_steps(item):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from .base import (
+    IMPLICIT_RESOURCE_PREFIX,
     SCHEMA_VERSION,
     BufferedChunk,
     BufferedReflection,
@@ -27,6 +28,7 @@ from .base import (
     ThreadInfo,
     ValueUpdate,
     check_id,
+    implicit_resource,
     record_key,
 )
 from .memory import InMemoryStore
@@ -45,6 +47,7 @@ def default_store() -> SQLiteStore:
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB_PATH",
+    "IMPLICIT_RESOURCE_PREFIX",
     "SCHEMA_VERSION",
     "BufferedChunk",
     "BufferedReflection",
@@ -67,5 +70,6 @@ __all__ = [
     "ValueUpdate",
     "check_id",
     "default_store",
+    "implicit_resource",
     "record_key",
 ]

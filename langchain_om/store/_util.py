@@ -16,7 +16,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .base import InvalidStoreInput, NewMessage, OMRecord, check_id, check_thread_id
+from .base import InvalidStoreInput, NewMessage, OMRecord, check_id, check_resource_id, check_thread_id
 
 MAX_LIMIT = 1000
 """Explicit limits above this are capped: a hostile or buggy caller cannot ask for the whole table."""
@@ -28,12 +28,12 @@ MAX_TITLE_LEN = 10_000
 
 
 def check_ids(resource_id: Any, thread_id: Any) -> tuple[str, str]:
-    return check_id(resource_id, "resource_id"), check_thread_id(thread_id)
+    return check_resource_id(resource_id), check_thread_id(thread_id)
 
 
 def check_record_ids(resource_id: Any, thread_id: Any) -> tuple[str, str | None]:
     """The ids naming a record: a resource, plus a thread in thread scope (None in resource scope)."""
-    return check_id(resource_id, "resource_id"), None if thread_id is None else check_thread_id(thread_id)
+    return check_resource_id(resource_id), None if thread_id is None else check_thread_id(thread_id)
 
 
 def _check_int(value: Any, field: str) -> int:
@@ -88,7 +88,16 @@ def check_datetime(value: Any, field: str) -> datetime | None:
         return None
     if not isinstance(value, datetime):
         raise InvalidStoreInput(field, f"must be a datetime, got {type(value).__name__}")
-    return to_utc(value)
+    return check_instant(value, field)
+
+
+def check_instant(value: datetime, field: str) -> datetime:
+    """``value`` in UTC; an instant whose UTC date falls outside years 1..9999 (year 1 at +05:00,
+    say) is refused with the field named instead of an ``OverflowError`` deep in a store."""
+    try:
+        return to_utc(value)
+    except OverflowError:
+        raise InvalidStoreInput(field, f"{value.isoformat()} is outside years 1 to 9999 in UTC") from None
 
 
 def check_messages(messages: Any) -> list[NewMessage]:
@@ -113,7 +122,8 @@ def check_messages_json(messages: Any) -> list[tuple[NewMessage, str]]:
         _check_int(item.tokens, f"{field}.tokens")
         text = dumps(item.data, f"{field}.data")
         detached = json.loads(text)  # what a JSON store gives back, and nothing shared with the caller
-        result.append((item.model_copy(update={"data": detached, "created_at": to_utc(item.created_at)}), text))
+        created = check_instant(item.created_at, f"{field}.created_at")
+        result.append((item.model_copy(update={"data": detached, "created_at": created}), text))
     return result
 
 
@@ -131,7 +141,7 @@ def check_mark_observed(mark_observed: Any) -> dict[str, int]:
 def check_record(record: Any, expected_version: Any) -> tuple[OMRecord, int]:
     if not isinstance(record, OMRecord):
         raise InvalidStoreInput("record", f"must be an OMRecord, got {type(record).__name__}")
-    check_id(record.resource_id, "record.resource_id")
+    check_resource_id(record.resource_id, "record.resource_id")
     if record.scope == "thread" or record.thread_id is not None:
         check_thread_id(record.thread_id, "record.thread_id")
     version = check_count(expected_version, "expected_version")
@@ -151,6 +161,75 @@ def record_from_json(text: str | bytes) -> OMRecord:
     return OMRecord.model_validate(json.loads(text))
 
 
+# ---- migration 2: implicit resources ------------------------------------------------------
+
+V1_IMPLICIT_THREADS_SQL = (
+    "SELECT t.thread_id FROM {threads} t WHERE t.resource_id = t.thread_id "
+    "AND NOT EXISTS (SELECT 1 FROM {threads} o WHERE o.resource_id = t.resource_id AND o.thread_id <> t.thread_id) "
+    "AND NOT EXISTS (SELECT 1 FROM {records} r WHERE r.resource_id = t.resource_id AND r.scope = 'resource')"
+)
+"""Threads that schema version 1 stored under their own id because no resource was given.
+
+Version 1 wrote ``resource_id = thread_id`` for such threads, which an explicit resource can
+also produce (``resource_id="alice"`` on thread ``"alice"``). The rule: thread ``T`` stored
+under resource ``T`` was implicit unless the resource shows it was explicit, that is unless
+resource ``T`` has another thread (an implicit resource only ever holds its own thread) or a
+resource-scope record (resource scope always required an explicit ``resource_id``). Such a
+thread, its messages, its records and the resource's working memory move to
+``implicit_resource(T)``; everything else keeps its resource. So an explicit resource with
+one thread named like itself is taken as implicit: after the upgrade an app that passed
+``resource_id=T`` on thread ``T`` starts that thread afresh, and its old rows stay in the
+store under ``implicit_resource(T)``. The other choice would leave every single-thread
+implicit user (the common case) without their memory and still reachable by id.
+"""
+
+
+def record_body_for_resource(body: Any, resource_id: str) -> dict[str, Any]:
+    """A stored record body (a JSON object) moved to another resource."""
+    if not isinstance(body, dict):
+        raise InvalidStoreInput("record", "stored record body is not a JSON object")
+    return {**body, "resource_id": resource_id}
+
+
+# ---- deleting a thread in resource scope ----------------------------------------------------
+
+
+def record_without_thread(record: OMRecord, thread_id: str) -> OMRecord | None:
+    """The resource-scope record with a deleted thread forgotten, or None if it holds nothing of it.
+
+    Drops the thread's watermark (a thread created again under that id numbers its messages
+    from 1, so a watermark left behind would hide them), every group that came only from
+    that thread (its ``thread_ids``, or its ``thread_id`` when it lists none), its buffered
+    chunks, and a buffered reflection over a dropped group. A group that mixes several
+    threads (one Observer reply for a multi-thread batch, or a reflection that merged
+    threads) stays whole: its text cannot be split by thread.
+    """
+    dropped = {g.id for g in record.groups if set(g.thread_ids or [g.thread_id]) == {thread_id}}
+    chunks = [c for c in record.buffered_chunks if c.thread_id != thread_id]
+    reflection = record.buffered_reflection
+    if reflection is not None and dropped.intersection(reflection.covered_group_ids):
+        reflection = None
+    # per-thread entries of the engine's metadata: the caller's system messages and the pinned
+    # human message (langchain_om.inputs / langchain_om.turns)
+    metadata = {key: value for key, value in record.metadata.items()}
+    per_thread = [key for key in ("instructions", "pinned")
+                  if isinstance(metadata.get(key), dict) and thread_id in metadata[key]]
+    for key in per_thread:
+        metadata[key] = {t: v for t, v in metadata[key].items() if t != thread_id}
+    if (not dropped and len(chunks) == len(record.buffered_chunks) and reflection is record.buffered_reflection
+            and thread_id not in record.last_observed_seq and thread_id not in record.last_observed_id
+            and not per_thread):
+        return None
+    return record.model_copy(update={
+        "groups": [g for g in record.groups if g.id not in dropped],
+        "buffered_chunks": chunks,
+        "buffered_reflection": reflection,
+        "last_observed_seq": {t: s for t, s in record.last_observed_seq.items() if t != thread_id},
+        "last_observed_id": {t: i for t, i in record.last_observed_id.items() if t != thread_id},
+        "metadata": metadata,
+    })
+
+
 def record_thread(record: OMRecord) -> str | None:
     """The thread part of a record's key (None in resource scope)."""
     return record.thread_id if record.scope == "thread" else None
@@ -167,8 +246,10 @@ def to_utc(value: datetime) -> datetime:
 
 
 def iso(value: datetime) -> str:
-    """Fixed-width ISO text (always with microseconds), so string order equals time order."""
-    return to_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+    """Fixed-width ISO text (always with microseconds, the year zero-padded to four digits, which
+    ``strftime('%Y')`` does not do on Linux), so string order equals time order and every year
+    1..9999 reads back with ``fromisoformat``."""
+    return to_utc(value).isoformat(timespec="microseconds")
 
 
 def from_iso(value: str) -> datetime:

@@ -20,7 +20,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+"""1: the tables. 2: threads used without a resource move to their private resource
+(``IMPLICIT_RESOURCE_PREFIX``); see ``_util.V1_IMPLICIT_THREADS_SQL`` for how they are told apart.
+3: a partial index of the unobserved messages (commits touch only the rows they mark)."""
 
 
 def utcnow() -> datetime:
@@ -236,7 +239,41 @@ def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
     if "\x1f" in value:
         # record_key joins ids with \x1f; allowing it would let two resources share a record key.
         raise InvalidStoreInput(field, "must not contain the unit separator (\\x1f)")
+    if "\x1e" in value:
+        # IMPLICIT_RESOURCE_PREFIX starts with \x1e: no explicit id may name a thread's private resource.
+        raise InvalidStoreInput(field, "must not contain the record separator (\\x1e)")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # SQL stores cannot hold them, and the same id must be valid on every store.
+            raise InvalidStoreInput(field, "must not contain lone surrogates (not valid Unicode text)") from None
     return value
+
+
+IMPLICIT_RESOURCE_PREFIX = "\x1ethread:"
+"""Resource ids of threads used without a resource: ``IMPLICIT_RESOURCE_PREFIX + thread_id``.
+
+``check_id`` refuses ``\x1e`` in every id a caller passes, so no explicit ``resource_id`` (or
+``user_id``) can ever name such a resource: a thread id chosen equal to another user's
+resource id reaches nothing of that user."""
+
+
+def implicit_resource(thread_id: str) -> str:
+    """The private resource of a thread used without ``resource_id``."""
+    return IMPLICIT_RESOURCE_PREFIX + check_thread_id(thread_id)
+
+
+def check_resource_id(value: Any, field: str = "resource_id") -> str:
+    """What a store accepts as a resource id: an explicit id, or a thread's private resource.
+
+    The engine builds the private form (``implicit_resource``); public entry points check
+    explicit ids with ``check_id``, which refuses it.
+    """
+    if isinstance(value, str) and value.startswith(IMPLICIT_RESOURCE_PREFIX):
+        check_thread_id(value[len(IMPLICIT_RESOURCE_PREFIX):], field)
+        return value
+    return check_id(value, field)
 
 
 RESOURCE_SCOPE_THREAD = "*"
@@ -288,8 +325,17 @@ class OMStore(Protocol):
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first."""
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order, starting after ``after_id``.
+
+        Keyset paging: pass the last id of a page as ``after_id`` for the next one. Threads
+        created or deleted between two pages never make another thread appear twice or be
+        skipped (unlike OFFSET over a newest-first listing)."""
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove a thread, its messages and its thread-scope record (explicit user action only)."""
+        """Remove a thread, its messages and its thread-scope record, and forget the thread in the
+        resource-scope record (its watermark, the groups that came only from it, its buffered
+        work), in one transaction (explicit user action only)."""
 
     # messages
     async def aappend_messages(

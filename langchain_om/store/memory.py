@@ -25,6 +25,7 @@ from .base import (
     ThreadInfo,
     ValueUpdate,
     check_id,
+    check_resource_id,
     record_key,
     utcnow,
 )
@@ -133,7 +134,7 @@ class InMemoryStore:
         limit: int = 20,
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first (creation time, then creation order)."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         before_dt = u.check_datetime(before, "before")
         after_dt = u.check_datetime(after, "after")
         start = u.check_count(offset, "offset")
@@ -150,10 +151,31 @@ class InMemoryStore:
             end = None if count is None else start + count
             return [t.model_copy(deep=True) for t in rows[start:end]]
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order, after ``after_id`` (keyset paging)."""
+        resource_id = check_resource_id(resource_id)
+        start = None if after_id is None else check_id(after_id, "after_id")
+        count = u.check_limit(limit)
+        with self._lock:
+            ids = sorted(t.thread_id for t in self._threads.values()
+                         if t.resource_id == resource_id and (start is None or t.thread_id > start))
+        return ids if count is None else ids[:count]
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        """Remove the thread, its messages and its thread-scope record, and forget it in the
+        resource-scope record (``u.record_without_thread``), all under one lock hold; another
+        resource's thread is untouched."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         with self._lock:
+            shared = record_key(resource_id, None)
+            body = self._records.get(shared)
+            forgotten = u.record_without_thread(u.record_from_json(body), thread_id) if body is not None else None
+            if forgotten is not None:
+                now = utcnow()
+                version = self._stamps[shared][0] + 1
+                self._records[shared] = u.record_json(forgotten.model_copy(update={"version": version,
+                                                                                   "updated_at": now}))
+                self._stamps[shared] = (version, now)
             if self._owned(resource_id, thread_id) is None:
                 return
             del self._threads[thread_id]
@@ -234,7 +256,7 @@ class InMemoryStore:
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """The earliest message with this id among the resource's threads."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         message_id = check_id(message_id, "message_id")
         with self._lock:
             matches = [
@@ -339,20 +361,20 @@ class InMemoryStore:
     # ---- values -------------------------------------------------------------------------
 
     async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         with self._lock:
             text = self._kv.get(slot)
         return json.loads(text) if text is not None else None
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         text = u.dumps(value, "value")
         with self._lock:
             self._kv[slot] = text
 
     async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
         """Read, apply ``update`` and write under one lock hold."""
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         apply = u.check_update(update)
         with self._lock:
             text = self._kv.get(slot)

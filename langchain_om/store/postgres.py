@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -30,6 +30,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _util as u
 from .base import (
+    IMPLICIT_RESOURCE_PREFIX,
     SCHEMA_VERSION,
     InvalidStoreInput,
     NewMessage,
@@ -41,6 +42,7 @@ from .base import (
     ThreadInfo,
     ValueUpdate,
     check_id,
+    check_resource_id,
     record_key,
     utcnow,
 )
@@ -89,15 +91,58 @@ _SCHEMA_V1 = [
     " PRIMARY KEY (resource_id, namespace, key))",
 ]
 
-# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction).
-# v2: a partial index of the unobserved rows, so marking a range observed touches only those rows
-_UNOBSERVED_INDEX_V2 = [
+
+
+async def _move_implicit_resources(store: PostgresStore, cur: Cursor) -> None:
+    """Migration 2: threads used without a resource move to their private resource
+    (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
+    crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
+    query = u.V1_IMPLICIT_THREADS_SQL.format(threads="{s}.threads", records="{s}.records")
+    await cur.execute(store._q(f"CREATE TEMP TABLE om_implicit ON COMMIT DROP AS {query}"))
+    await cur.execute(store._q(
+        "SELECT key, resource_id, thread_id, body FROM {s}.records "
+        "WHERE resource_id IN (SELECT thread_id FROM om_implicit)"
+    ))
+    for record in await cur.fetchall():  # bodies name their resource too
+        private = IMPLICIT_RESOURCE_PREFIX + record["resource_id"]
+        moved = u.record_body_for_resource(u.from_jsonb_safe(record["body"]), private)
+        await cur.execute(
+            store._q("UPDATE {s}.records SET key = %s, resource_id = %s, body = %s WHERE key = %s"),
+            (record_key(private, record["thread_id"]), private, _jsonb(moved, "record"), record["key"]),
+        )
+    for table in ("threads", "messages", "kv"):
+        await cur.execute(
+            store._q(f"UPDATE {{s}}.{table} SET resource_id = %s::text || resource_id "
+                     "WHERE resource_id IN (SELECT thread_id FROM om_implicit)"),
+            (IMPLICIT_RESOURCE_PREFIX,),
+        )
+
+
+# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction):
+# SQL statements, or a coroutine function of the store and the migration's cursor.
+# v3: a partial index of the unobserved rows, so marking a range observed touches only those rows
+_UNOBSERVED_INDEX_V3 = [
     "CREATE INDEX IF NOT EXISTS messages_unobserved ON {s}.messages (thread_id, seq) WHERE NOT observed",
 ]
-MIGRATIONS: dict[int, list[str]] = {1: _SCHEMA_V1, 2: _UNOBSERVED_INDEX_V2}
+MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
+    1: _SCHEMA_V1,
+    2: _move_implicit_resources,
+    3: _UNOBSERVED_INDEX_V3,
+}
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
+# Timestamps are read as UTC wall time (``AT TIME ZONE 'UTC'``, naive, which ``u.to_utc`` takes as
+# UTC) so the session's TimeZone cannot matter: read as timestamptz in, say, America/New_York,
+# 0001-01-01T02:00Z would be a BC date that psycopg refuses to load.
+_THREAD_SELECT = (
+    "thread_id, resource_id, title, created_at AT TIME ZONE 'UTC' AS created_at, "
+    "updated_at AT TIME ZONE 'UTC' AS updated_at, metadata"
+)
+_MESSAGE_SELECT = (
+    "id, resource_id, thread_id, seq, kind, data, tokens, created_at AT TIME ZONE 'UTC' AS created_at, "
+    "observed, observed_at AT TIME ZONE 'UTC' AS observed_at"
+)
 
 Cursor = AsyncCursor[dict[str, Any]]
 
@@ -236,7 +281,11 @@ class PostgresStore:
         await cur.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
         await cur.execute(self._q("CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)"))
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[target]:
+            migration = MIGRATIONS[target]
+            if callable(migration):
+                await migration(self, cur)
+                continue
+            for statement in migration:
                 await cur.execute(self._q(statement))
         await cur.execute(self._q("DELETE FROM {s}.schema_version"))
         await cur.execute(self._q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), (SCHEMA_VERSION,))
@@ -272,7 +321,7 @@ class PostgresStore:
 
     async def _select_thread(self, cur: Cursor, resource_id: str, thread_id: str) -> ThreadInfo | None:
         await cur.execute(
-            self._q(f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s"),
+            self._q(f"SELECT {_THREAD_SELECT} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s"),
             (thread_id, resource_id),
         )
         row = await cur.fetchone()
@@ -323,7 +372,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s FOR UPDATE"
+                    f"SELECT {_THREAD_SELECT} FROM {{s}}.threads WHERE thread_id = %s AND resource_id = %s FOR UPDATE"
                 ),
                 (thread_id, resource_id),
             )
@@ -359,7 +408,7 @@ class PostgresStore:
         limit: int = 20,
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first (creation time, then creation order)."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         before_dt = u.check_datetime(before, "before")
         after_dt = u.check_datetime(after, "after")
         start = u.check_count(offset, "offset")
@@ -367,7 +416,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_THREAD_COLUMNS} FROM {{s}}.threads WHERE resource_id = %s "
+                    f"SELECT {_THREAD_SELECT} FROM {{s}}.threads WHERE resource_id = %s "
                     "AND (%s::timestamptz IS NULL OR created_at < %s::timestamptz) "
                     "AND (%s::timestamptz IS NULL OR created_at > %s::timestamptz) "
                     "ORDER BY created_at DESC, ord DESC LIMIT %s OFFSET %s"
@@ -376,11 +425,31 @@ class PostgresStore:
             )
             return [_thread(row) for row in await cur.fetchall()]
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order (``COLLATE "C"`` compares UTF-8
+        bytes, whatever the database's locale), after ``after_id`` (keyset paging)."""
+        resource_id = check_resource_id(resource_id)
+        start = None if after_id is None else check_id(after_id, "after_id")
+        count = u.check_limit(limit)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT thread_id FROM {s}.threads WHERE resource_id = %s "
+                    'AND (%s::text IS NULL OR thread_id COLLATE "C" > %s::text COLLATE "C") '
+                    'ORDER BY thread_id COLLATE "C" LIMIT %s'
+                ),
+                (resource_id, start, start, count),
+            )
+            return [str(row["thread_id"]) for row in await cur.fetchall()]
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        """Remove the thread, its messages and its thread-scope record, and forget it in the
+        resource-scope record (``u.record_without_thread``), in one transaction; another
+        resource's thread is untouched."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+            await self._forget_in_resource_record(cur, resource_id, thread_id)
             await cur.execute(
                 self._q("DELETE FROM {s}.threads WHERE thread_id = %s AND resource_id = %s RETURNING thread_id"),
                 (thread_id, resource_id),
@@ -394,6 +463,23 @@ class PostgresStore:
                 self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
                 (record_key(resource_id, thread_id), resource_id),
             )
+
+    async def _forget_in_resource_record(self, cur: Cursor, resource_id: str, thread_id: str) -> None:
+        key = record_key(resource_id, None)
+        await cur.execute(self._q("SELECT version, body FROM {s}.records WHERE key = %s FOR UPDATE"), (key,))
+        row = await cur.fetchone()
+        if row is None:
+            return
+        forgotten = u.record_without_thread(OMRecord.model_validate(u.from_jsonb_safe(row["body"])), thread_id)
+        if forgotten is None:
+            return
+        now = utcnow()
+        version = int(row["version"]) + 1
+        body_text = u.record_json(forgotten.model_copy(update={"version": version, "updated_at": now}))
+        await cur.execute(
+            self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
+            (version, _jsonb(json.loads(body_text), "record"), now, key),
+        )
 
     # ---- messages -----------------------------------------------------------------------
 
@@ -476,7 +562,7 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages "
+                    f"SELECT {_MESSAGE_SELECT} FROM {{s}}.messages "
                     "WHERE resource_id = %s AND thread_id = %s AND seq > %s "
                     f"AND (%s::bigint IS NULL OR seq < %s::bigint) ORDER BY seq {order} LIMIT %s"
                 ),
@@ -486,12 +572,12 @@ class PostgresStore:
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """The earliest message with this id among the resource's threads."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         message_id = check_id(message_id, "message_id")
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages WHERE resource_id = %s AND id = %s "
+                    f"SELECT {_MESSAGE_SELECT} FROM {{s}}.messages WHERE resource_id = %s AND id = %s "
                     "ORDER BY created_at, thread_id, seq LIMIT 1"
                 ),
                 (resource_id, message_id),
@@ -568,7 +654,8 @@ class PostgresStore:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         async with self._tx() as cur:
             await cur.execute(
-                self._q("SELECT version, updated_at FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                self._q("SELECT version, updated_at AT TIME ZONE 'UTC' AS updated_at FROM {s}.records "
+                        "WHERE key = %s AND resource_id = %s"),
                 (record_key(resource_id, thread_id), resource_id),
             )
             row = await cur.fetchone()
@@ -635,7 +722,7 @@ class PostgresStore:
     # ---- values -------------------------------------------------------------------------
 
     async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         async with self._tx() as cur:
             await cur.execute(
                 self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
@@ -649,7 +736,7 @@ class PostgresStore:
 
     async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
         """Read, apply ``update`` and write in one transaction under the value's advisory lock."""
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         apply = u.check_update(update)
         async with self._tx() as cur:
             await self._lock_value(cur, slot)
@@ -669,7 +756,7 @@ class PostgresStore:
         return value
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         encoded = _jsonb(value, "value")
         async with self._tx() as cur:
             await self._lock_value(cur, slot)

@@ -13,6 +13,15 @@ waits in a thread like any call). Under WAL with ``synchronous = NORMAL`` a comm
 writes to the log, without a flush; the flushing part, checkpoints, is taken off the
 commit (``wal_autocheckpoint = 0``) and run in the worker thread every
 ``_CHECKPOINT_AFTER_CHANGES`` changed rows.
+
+Durability: a commit that marks messages observed runs with ``synchronous = FULL`` (the WAL
+is flushed before it returns). Such a commit is what lets an integration drop the messages
+from the graph state, and LangGraph's SqliteSaver checkpoints with FULL; under NORMAL a power
+loss could keep the checkpoint that dropped them and lose the commit that observed them. The
+WAL is one ordered log, so flushing that commit also makes every earlier append durable.
+Other commits keep NORMAL (a lost one is redone: an append is replayed from the state, a
+lost reflection runs again); ``synchronous="full"`` flushes every commit, for
+``keep_in_state="turn"``, where merely stored messages leave the state.
 """
 
 from __future__ import annotations
@@ -25,10 +34,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from . import _util as u
 from .base import (
+    IMPLICIT_RESOURCE_PREFIX,
     SCHEMA_VERSION,
     InvalidStoreInput,
     NewMessage,
@@ -40,6 +50,7 @@ from .base import (
     ThreadInfo,
     ValueUpdate,
     check_id,
+    check_resource_id,
     record_key,
     utcnow,
 )
@@ -95,13 +106,45 @@ CREATE TABLE IF NOT EXISTS kv (
 );
 """
 
-# MIGRATIONS[n] takes a database at version n - 1 to version n (statements run in one transaction).
-# v2: the unobserved rows of a thread have their own (partial) index, so marking a range observed
+
+
+def _move_implicit_resources(conn: sqlite3.Connection) -> None:
+    """Migration 2: threads used without a resource move to their private resource
+    (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
+    crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
+    query = u.V1_IMPLICIT_THREADS_SQL.format(threads="threads", records="records")
+    conn.execute(f"CREATE TEMP TABLE om_implicit AS {query}")
+    records = conn.execute(
+        "SELECT key, resource_id, thread_id, body FROM records WHERE resource_id IN (SELECT thread_id FROM om_implicit)"
+    ).fetchall()
+    for key, resource_id, record_thread, body in records:  # bodies name their resource too
+        private = IMPLICIT_RESOURCE_PREFIX + resource_id
+        moved = u.record_body_for_resource(json.loads(body), private)
+        conn.execute(
+            "UPDATE records SET key = ?, resource_id = ?, body = ? WHERE key = ?",
+            (record_key(private, record_thread), private, u.dumps(moved, "record"), key),
+        )
+    for table in ("threads", "messages", "kv"):
+        conn.execute(
+            f"UPDATE {table} SET resource_id = ? || resource_id "
+            "WHERE resource_id IN (SELECT thread_id FROM om_implicit)",
+            (IMPLICIT_RESOURCE_PREFIX,),
+        )
+    conn.execute("DROP TABLE om_implicit")
+
+
+# MIGRATIONS[n] takes a database at version n - 1 to version n (all run in one transaction):
+# SQL statements, or a function of the connection.
+# v3: the unobserved rows of a thread have their own (partial) index, so marking a range observed
 # touches only the rows it changes instead of scanning the thread's whole history
-_UNOBSERVED_INDEX_V2 = """
+_UNOBSERVED_INDEX_V3 = """
 CREATE INDEX IF NOT EXISTS messages_unobserved ON messages (thread_id, seq) WHERE observed = 0;
 """
-MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _UNOBSERVED_INDEX_V2}
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
+    1: _SCHEMA_V1,
+    2: _move_implicit_resources,
+    3: _UNOBSERVED_INDEX_V3,
+}
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -158,13 +201,26 @@ def _message(row: sqlite3.Row) -> StoredMessage:
 class SQLiteStore:
     """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
 
-    def __init__(self, path: str | Path = "./langchain_om.db", *, busy_timeout_ms: int = 30_000) -> None:
+    _FULL_SYNC_OBSERVED = True
+    """Flush commits that mark messages observed (see the module docstring); the storage
+    benchmark turns it off to measure what it costs."""
+
+    def __init__(
+        self,
+        path: str | Path = "./langchain_om.db",
+        *,
+        busy_timeout_ms: int = 30_000,
+        synchronous: Literal["normal", "full"] = "normal",
+    ) -> None:
         if not isinstance(path, (str, Path)) or str(path) == "":
             raise InvalidStoreInput("path", "must be a file path or ':memory:'")
         if "\x00" in str(path):
             raise InvalidStoreInput("path", "must not contain NUL characters")
         self.path = str(path)
         self.busy_timeout_ms = u.check_count(busy_timeout_ms, "busy_timeout_ms")
+        if synchronous not in ("normal", "full"):
+            raise InvalidStoreInput("synchronous", f"must be 'normal' or 'full', got {synchronous!r}")
+        self.synchronous = synchronous
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._changes_at_checkpoint = 0
@@ -193,7 +249,7 @@ class SQLiteStore:
             self._check_not_newer(conn)
             if not self.in_memory:
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_due and _checkpoint
             self._migrate(conn)
         except BaseException:
@@ -227,7 +283,11 @@ class SQLiteStore:
                 return
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             for target in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in _split_statements(MIGRATIONS[target]):
+                migration = MIGRATIONS[target]
+                if callable(migration):
+                    migration(conn)
+                    continue
+                for statement in _split_statements(migration):
                     conn.execute(statement)
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
@@ -400,7 +460,7 @@ class SQLiteStore:
         limit: int = 20,
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first (creation time, then creation order)."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         before_dt = u.check_datetime(before, "before")
         after_dt = u.check_datetime(after, "after")
         start = u.check_count(offset, "offset")
@@ -417,12 +477,30 @@ class SQLiteStore:
         params += [-1 if count is None else count, start]
         return await self._run(lambda conn: [_thread(row) for row in conn.execute(query, params)])
 
+    async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
+        """Ids of the resource's threads in code point order (SQLite's BINARY collation compares
+        UTF-8 bytes, which orders like code points), after ``after_id`` (keyset paging)."""
+        resource_id = check_resource_id(resource_id)
+        start = None if after_id is None else check_id(after_id, "after_id")
+        count = u.check_limit(limit)
+        query = "SELECT thread_id FROM threads WHERE resource_id = ?"
+        params: list[Any] = [resource_id]
+        if start is not None:
+            query += " AND thread_id > ?"
+            params.append(start)
+        query += " ORDER BY thread_id LIMIT ?"
+        params.append(-1 if count is None else count)
+        return await self._run(lambda conn: [str(row[0]) for row in conn.execute(query, params)])
+
     async def adelete_thread(self, resource_id: str, thread_id: str) -> None:
-        """Remove the thread, its messages and its thread-scope record; another resource's thread is untouched."""
+        """Remove the thread, its messages and its thread-scope record, and forget it in the
+        resource-scope record (``u.record_without_thread``), in one transaction; another
+        resource's thread is untouched."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
 
         def run(conn: sqlite3.Connection) -> None:
             with _immediate(conn):
+                self._forget_in_resource_record(conn, resource_id, thread_id)
                 if self._owner(conn, thread_id) != resource_id:
                     return
                 conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
@@ -433,6 +511,20 @@ class SQLiteStore:
                 conn.execute("DELETE FROM threads WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
 
         await self._run(run)
+
+    @staticmethod
+    def _forget_in_resource_record(conn: sqlite3.Connection, resource_id: str, thread_id: str) -> None:
+        key = record_key(resource_id, None)
+        row = conn.execute("SELECT version, body FROM records WHERE key = ?", (key,)).fetchone()
+        forgotten = u.record_without_thread(u.record_from_json(row[1]), thread_id) if row is not None else None
+        if forgotten is None:
+            return
+        now = utcnow()
+        version = int(row[0]) + 1
+        body = u.record_json(forgotten.model_copy(update={"version": version, "updated_at": now}))
+        conn.execute(
+            "UPDATE records SET version = ?, body = ?, updated_at = ? WHERE key = ?", (version, body, u.iso(now), key)
+        )
 
     # ---- messages -----------------------------------------------------------------------
 
@@ -520,7 +612,7 @@ class SQLiteStore:
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """The earliest message with this id among the resource's threads."""
-        resource_id = check_id(resource_id, "resource_id")
+        resource_id = check_resource_id(resource_id)
         message_id = check_id(message_id, "message_id")
 
         def run(conn: sqlite3.Connection) -> StoredMessage | None:
@@ -631,7 +723,18 @@ class SQLiteStore:
         thread_part = u.record_thread(record)
         key = record_key(record.resource_id, thread_part)
 
+        flush = bool(marks) and self._FULL_SYNC_OBSERVED and self.synchronous == "normal" and not self.in_memory
+
         def run(conn: sqlite3.Connection) -> OMRecord:
+            if not flush:
+                return swap(conn)
+            conn.execute("PRAGMA synchronous = FULL")  # cannot change inside a transaction
+            try:
+                return swap(conn)
+            finally:
+                conn.execute("PRAGMA synchronous = NORMAL")
+
+        def swap(conn: sqlite3.Connection) -> OMRecord:
             with _immediate(conn):
                 row = conn.execute("SELECT version FROM records WHERE key = ?", (key,)).fetchone()
                 current = int(row[0]) if row is not None else 0
@@ -665,7 +768,7 @@ class SQLiteStore:
     # ---- values -------------------------------------------------------------------------
 
     async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
 
         def run(conn: sqlite3.Connection) -> Any | None:
             row = conn.execute(
@@ -676,7 +779,7 @@ class SQLiteStore:
         return await self._run(run)
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         text = u.dumps(value, "value")
 
         def run(conn: sqlite3.Connection) -> None:
@@ -694,7 +797,7 @@ class SQLiteStore:
     async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
         """Read, apply ``update`` and write in one ``BEGIN IMMEDIATE`` transaction (other
         connections and processes wait for the write lock, so no update is lost)."""
-        slot = (check_id(resource_id, "resource_id"), check_id(namespace, "namespace"), check_id(key, "key"))
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         apply = u.check_update(update)
 
         def run(conn: sqlite3.Connection) -> Any:
