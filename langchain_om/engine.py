@@ -27,6 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from . import observer as observer_mod
 from . import reflector as reflector_mod
 from ._loop import LoopThread
+from .branches import branch_root
 from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
 from .config import OMConfig, OMConfigError
 from .context import context_message, render_context
@@ -318,6 +319,9 @@ class ObservationalMemory:
     def _resource_for(self, thread_id: str, resource_id: str | None) -> str:
         check_thread_id(thread_id)
         if resource_id is None:
+            root = branch_root(thread_id)
+            if root != thread_id:  # a branch of a thread (see branches.py) lives under that thread's resource
+                return self._resource_for(root, None)
             if self.config.scope == "resource":
                 raise OMConfigError("resource_id", "is required when scope='resource'")
             return thread_id

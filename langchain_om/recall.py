@@ -783,6 +783,11 @@ class RecallTool(BaseTool):
                 "recall needs the current thread: bind it with om.recall_tool(thread_id=...) or run with "
                 'config={"configurable": {"thread_id": ...}}'
             )
+        if self.bound_thread_id is None:
+            from .branches import active_branch
+
+            # the run's branch of the thread (a run from an earlier checkpoint reads that branch)
+            thread, resource = active_branch(om, thread, resource)
         try:
             resolved = om._resource_for(thread, resource)
         except ValueError as exc:

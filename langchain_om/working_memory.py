@@ -265,6 +265,11 @@ class WorkingMemory:
             resource = resource_id or config_resource
             if not thread:
                 raise ToolException("update_working_memory needs a thread_id in config['configurable']")
+            if thread_id is None:
+                from .branches import active_branch
+
+                # the run's branch of the thread: a run from an earlier checkpoint writes that branch's document
+                thread, resource = active_branch(working.memory, str(thread), resource)
             return str(thread), (str(resource) if resource else None)
 
         if schema is None:

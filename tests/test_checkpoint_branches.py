@@ -1,0 +1,225 @@
+"""Issue 21: OM's memory follows the LangGraph checkpoint a run starts from.
+
+Five turns ("my favourite colour is red / blue / green / pink / gold"), then runs from earlier
+checkpoints the ways LangGraph offers (time travel with new input, replay with ``None``,
+``update_state`` on a past checkpoint, resuming an earlier interrupt), through the graph nodes
+(``add_observational_memory``) and ``create_agent`` + ``ObservationalMemoryMiddleware``, on
+InMemorySaver and durable checkpointers, over OM's memory, SQLite and PostgreSQL stores.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from conftest import require_pg_dsn
+from langchain.agents import create_agent
+from langchain_core.messages import AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+from langchain_om.branches import BRANCH_MARK, POSITION_KEY, ForeignResourceError
+from langchain_om.engine import ObservationalMemory
+from langchain_om.graph import add_observational_memory
+from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.store.base import OMStore
+from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
+
+COLOURS = ["red", "blue", "green", "pink", "gold"]
+FILLER = "and I keep telling you details so the window fills up " * 4
+
+
+def say(colour: str) -> str:
+    return f"My favourite colour is {colour}, {FILLER}"
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def make_om(store: OMStore, **options: Any) -> ObservationalMemory:
+    settings: dict[str, Any] = {"model": ScriptedObserverModel(), "observation": {"message_tokens": 150},
+                                "reflection": {"observation_tokens": 4000}, "token_counter": "estimator"}
+    settings.update(options)
+    return ObservationalMemory(store, **settings)
+
+
+@dataclass
+class Harness:
+    kind: str
+    graph: Any
+    model: ScriptedAgentModel
+    om: ObservationalMemory
+
+    def prompt(self) -> str:
+        """Everything the agent's model was given on its latest call."""
+        return "\n".join(str(m.content) for m in self.model.calls[-1])
+
+    @property
+    def entry(self) -> str:
+        return "om_activator" if self.kind == "graph" else "model"
+
+
+def build(kind: str, om: ObservationalMemory, saver: BaseCheckpointSaver[Any], **compile_kw: Any) -> Harness:
+    model = ScriptedAgentModel()
+    if kind == "graph":
+        async def agent(state: State) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        builder = StateGraph(State)
+        builder.add_node("agent", agent)
+        builder.add_edge(START, "agent")
+        builder.add_edge("agent", END)
+        add_observational_memory(builder, om)
+        return Harness(kind, builder.compile(checkpointer=saver, **compile_kw), model, om)
+    graph = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=saver,
+                         **compile_kw)
+    return Harness(kind, graph, model, om)
+
+
+@asynccontextmanager
+async def saver_of(kind: str, tmp_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    if kind == "memory":
+        yield InMemorySaver()
+    elif kind == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / f"cp-{uuid.uuid4().hex[:6]}.db")) as saver:
+            yield saver
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async with AsyncPostgresSaver.from_conn_string(require_pg_dsn()) as saver:
+            await saver.setup()
+            yield saver
+
+
+def cfg(thread: str, resource: str | None = "u") -> RunnableConfig:
+    configurable: dict[str, Any] = {"thread_id": thread}
+    if resource is not None:
+        configurable["resource_id"] = resource
+    return {"configurable": configurable}
+
+
+async def five_turns(h: Harness, config: RunnableConfig) -> list[RunnableConfig]:
+    """The five turns; returns the config of each turn's final checkpoint (as get_state hands it out)."""
+    finals: list[RunnableConfig] = []
+    for colour in COLOURS:
+        await h.graph.ainvoke({"messages": [HumanMessage(say(colour))]}, config)
+        finals.append((await h.graph.aget_state(config)).config)
+    return finals
+
+
+def seen(text: str, *colours: str) -> list[str]:
+    return [c for c in colours if f"colour is {c}" in text]
+
+
+async def input_checkpoint(h: Harness, thread: str, colour: str) -> RunnableConfig:
+    """The checkpoint just before OM's first step on the turn that said ``colour`` (replay point)."""
+    async for snapshot in h.graph.aget_state_history({"configurable": {"thread_id": thread}}):
+        messages = snapshot.values.get("messages") or []
+        if snapshot.next == (h.entry,) and messages and f"colour is {colour}" in str(messages[-1].content):
+            return snapshot.config
+    raise AssertionError(f"no input checkpoint for {colour}")
+
+
+async def branch_of(h: Harness, config: RunnableConfig) -> str:
+    return str((await h.graph.aget_state(config)).values[POSITION_KEY]["branch"])
+
+
+async def check_time_travel(h: Harness, store: OMStore, thread: str) -> None:
+    finals = await five_turns(h, cfg(thread))
+    main_record = await h.om.aget_record(thread, resource_id="u")
+    assert main_record.groups, "the thresholds should have observed part of the five turns"
+
+    # 1. time travel with new input, from a config LangGraph hands out (no resource_id in it)
+    past = finals[1]
+    assert "resource_id" not in past["configurable"]
+    await h.graph.ainvoke({"messages": [HumanMessage("Which colours did I mention? (fork one)")]}, past)
+    prompt = h.prompt()
+    assert seen(prompt, *COLOURS) == ["red", "blue"], prompt
+    fork_state = await h.graph.aget_state({"configurable": {"thread_id": thread}})
+    fork = str(fork_state.values[POSITION_KEY]["branch"])
+    assert fork.startswith(thread + BRANCH_MARK)
+    fork_record = await h.om.aget_record(fork, resource_id="u")
+    assert not seen(fork_record.observations + str(fork_record.metadata), "green", "pink", "gold")
+    # the fork's raw messages: its copies and its new turn, never the abandoned future
+    fork_rows = await store.aget_messages("u", fork)
+    assert not seen(" ".join(str(r.data) for r in fork_rows), "green", "pink", "gold")
+    assert any("fork one" in str(r.data) for r in fork_rows)
+    # nothing of the original branch was deleted or changed
+    # the middleware stores a turn's final answer at the turn's end; the graph nodes at the next step
+    answered = 1 if h.kind == "agent" else 0
+    assert await store.acount_messages("u", thread) == 9 + answered
+    again = await h.om.aget_record(thread, resource_id="u")
+    assert again.observations == main_record.observations
+
+    # 2. the fork continues as its own branch (the thread's latest checkpoint, no resource_id)
+    await h.graph.ainvoke({"messages": [HumanMessage("Still on the fork")]}, {"configurable": {"thread_id": thread}})
+    prompt = h.prompt()
+    assert "fork one" in prompt and not seen(prompt, "green", "pink", "gold"), prompt
+    assert await branch_of(h, {"configurable": {"thread_id": thread}}) == fork
+
+    # 3. back to the first branch's latest checkpoint: its own history, nothing of the fork
+    await h.graph.ainvoke({"messages": [HumanMessage("Back on the first branch")]}, finals[4])
+    prompt = h.prompt()
+    assert "fork one" not in prompt and "Still on the fork" not in prompt, prompt
+    assert "gold" in prompt, prompt
+    assert await branch_of(h, {"configurable": {"thread_id": thread}}) == thread
+    assert await store.acount_messages("u", thread) == 11 + answered  # turn 5's answer, the new question
+
+    # 4. a config naming another resource than the thread's is refused; nothing is stored for it
+    with pytest.raises(ForeignResourceError, match="resource_id"):
+        await h.graph.ainvoke({"messages": [HumanMessage("let me in")]},
+                              {"configurable": {**past["configurable"], "resource_id": "intruder"}})
+    assert await store.alist_threads("intruder") == []
+
+    # 5. replay with None from the checkpoint before turn 3's first OM step
+    replay_from = await input_checkpoint(h, thread, "green")
+    await h.graph.ainvoke(None, replay_from)
+    prompt = h.prompt()
+    assert seen(prompt, *COLOURS) == ["red", "blue", "green"], prompt
+    assert "fork one" not in prompt
+
+    # 6. update_state on a past checkpoint: turn 2's question rewritten, then run from there
+    turn_two = await input_checkpoint(h, thread, "blue")
+    values = (await h.graph.aget_state(turn_two)).values
+    rewritten = HumanMessage(say("purple"), id=values["messages"][-1].id)
+    updated = await h.graph.aupdate_state(turn_two, {"messages": [rewritten]})
+    await h.graph.ainvoke(None, updated)
+    prompt = h.prompt()
+    assert seen(prompt, *COLOURS, "purple") == ["red", "purple"], prompt
+
+
+KINDS = ["graph", "agent"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("saver_kind", ["memory", "sqlite"])
+async def test_memory_follows_the_checkpoint(kind: str, saver_kind: str, store: OMStore, tmp_path: Path) -> None:
+    async with saver_of(saver_kind, tmp_path) as saver:
+        om = make_om(store)
+        try:
+            await check_time_travel(build(kind, om, saver), store, f"t-{uuid.uuid4().hex[:6]}")
+        finally:
+            await om.aclose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", KINDS)
+async def test_memory_follows_the_checkpoint_postgres_saver(kind: str, open_store: Any, tmp_path: Path) -> None:
+    store = await open_store("postgres")
+    async with saver_of("postgres", tmp_path) as saver:
+        om = make_om(store)
+        try:
+            await check_time_travel(build(kind, om, saver), store, f"t-{uuid.uuid4().hex[:6]}")
+        finally:
+            await om.aclose()
