@@ -223,3 +223,113 @@ async def test_memory_follows_the_checkpoint_postgres_saver(kind: str, open_stor
             await check_time_travel(build(kind, om, saver), store, f"t-{uuid.uuid4().hex[:6]}")
         finally:
             await om.aclose()
+
+
+# ------------------------------------------------------------------ interrupt and resume
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_resuming_an_earlier_interrupt_forks(kind: str, open_store: Any, tmp_path: Path) -> None:
+    store = await open_store("sqlite")
+    async with saver_of("sqlite", tmp_path) as saver:
+        om = make_om(store)
+        h = build(kind, om, saver, interrupt_before=["om_activator" if kind == "graph" else "model"])
+        config = cfg("t-int")
+        paused: list[RunnableConfig] = []
+        for colour in COLOURS:
+            await h.graph.ainvoke({"messages": [HumanMessage(say(colour))]}, config)
+            paused.append((await h.graph.aget_state(config)).config)  # stopped before OM's step
+            await h.graph.ainvoke(None, config)  # resume
+        assert seen(h.prompt(), *COLOURS)[-1] == "gold"
+        # resume turn 3's interrupt again, after turns 4 and 5 happened on the first branch
+        await h.graph.ainvoke(None, paused[2])
+        assert seen(h.prompt(), *COLOURS) == ["red", "blue", "green"], h.prompt()
+        # the latest checkpoint of the first branch still sees its own five turns
+        latest_first = paused[4]
+        await h.graph.ainvoke(None, latest_first)
+        assert seen(h.prompt(), *COLOURS)[-1] == "gold"
+        await om.aclose()
+
+
+# ------------------------------------------------------------------ buffered chunks and working memory
+
+
+async def test_fork_keeps_the_checkpoints_buffered_chunks(open_store: Any, tmp_path: Path) -> None:
+    """Background chunks of the checkpoint's record come along, pointing at the branch's copies."""
+    store = await open_store("sqlite")
+    om = make_om(store, observation={"message_tokens": 400, "buffer_tokens": 60})
+    h = build("graph", om, InMemorySaver())
+    config = cfg("t-buf")
+    finals = []
+    for colour in COLOURS:
+        await h.graph.ainvoke({"messages": [HumanMessage(say(colour))]}, config)
+        await om.await_background()
+        finals.append((await h.graph.aget_state(config)).config)
+    position = (await h.graph.aget_state(finals[2])).values[POSITION_KEY]
+    snapshot = await store.aget_value("u", "om-branch", f"record:{position['record']}:{position['version']}")
+    assert snapshot is not None and snapshot["buffered_chunks"], "the checkpoint should hold buffered chunks"
+    await h.graph.ainvoke({"messages": [HumanMessage("fork at turn three")]}, finals[2])
+    fork = await branch_of(h, {"configurable": {"thread_id": "t-buf"}})
+    record = await om.aget_record(fork, resource_id="u")
+    rows = {r.seq: r for r in await store.aget_messages("u", fork)}
+    kept = [c for c in record.buffered_chunks if c.observations]
+    for chunk in kept:
+        assert rows[chunk.start_seq].id == chunk.start_id and rows[chunk.end_seq].id == chunk.end_id
+        assert not seen(chunk.observations, "pink", "gold")
+    carried = {c["id"] for c in snapshot["buffered_chunks"]}
+    assert carried <= {c.id for c in record.buffered_chunks}, "the checkpoint's chunks were not carried over"
+    await om.aclose()
+
+
+async def test_working_memory_follows_the_checkpoint(open_store: Any) -> None:
+    store = await open_store("sqlite")
+    om = make_om(store, working_memory={"scope": "thread"})
+    tool = "update_working_memory"
+    # model calls: turn 1 -> 0; turn 2 -> 1 (tool) and 2; turn 3 -> 3; turn 4 -> 4 (tool) and 5; turn 5 -> 6
+    model = ScriptedAgentModel(tool_calls_on={1: (tool, {"content": "Colour: wm-blue"}),
+                                              4: (tool, {"content": "Colour: wm-pink"})})
+    graph = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    h = Harness("agent", graph, model, om)
+    finals = await five_turns(h, cfg("t-wm"))
+    assert "wm-pink" in h.prompt()
+    await h.graph.ainvoke({"messages": [HumanMessage("fork after turn two")]}, finals[1])
+    assert "wm-blue" in h.prompt() and "wm-pink" not in h.prompt(), h.prompt()
+    await h.graph.ainvoke({"messages": [HumanMessage("back to the first branch")]}, finals[4])
+    assert "wm-pink" in h.prompt() and "wm-blue" not in h.prompt()
+    await om.aclose()
+
+
+# ------------------------------------------------------------------ sync agents and graphs
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sync_time_travel(kind: str, tmp_path: Path) -> None:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from langchain_om.store.sqlite import SQLiteStore
+
+    om = make_om(SQLiteStore(tmp_path / "om.db"))
+    model = ScriptedAgentModel()
+    with SqliteSaver.from_conn_string(str(tmp_path / "cp.db")) as saver:
+        if kind == "graph":
+            def agent(state: State) -> dict[str, Any]:
+                return {"messages": [model.invoke(state["messages"])]}
+
+            builder = StateGraph(State)
+            builder.add_node("agent", agent)
+            builder.add_edge(START, "agent")
+            builder.add_edge("agent", END)
+            graph = add_observational_memory(builder, om).compile(checkpointer=saver)
+        else:
+            graph = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=saver)
+        h = Harness(kind, graph, model, om)
+        config = cfg("t-sync")
+        finals = []
+        for colour in COLOURS:
+            graph.invoke({"messages": [HumanMessage(say(colour))]}, config)
+            finals.append(graph.get_state(config).config)
+        graph.invoke({"messages": [HumanMessage("fork (sync)")]}, finals[1])
+        assert seen(h.prompt(), *COLOURS) == ["red", "blue"], h.prompt()
+        graph.invoke({"messages": [HumanMessage("first branch again")]}, finals[4])
+        assert "fork (sync)" not in h.prompt() and seen(h.prompt(), *COLOURS)[-1] == "gold"
+    om.close()
