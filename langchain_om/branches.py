@@ -358,3 +358,72 @@ async def abranch_lineage(om: ObservationalMemory, resolved: str, branch: str) -
         base = meta.get("base_seq")
         current, limit = meta["parent"], int(base) if isinstance(base, int) else 0
     return chain
+
+
+class LineageView:
+    """The store as ``recall`` sees it from a branch: the branch's thread reads as its whole
+    history (each ancestor's rows up to where the next one starts, then the branch's own), with
+    ``seq`` numbered along that history. Other threads, the abandoned futures included, read as
+    stored: they stay reachable when asked for by id, never by paging the current thread."""
+
+    def __init__(self, store: Any, branch: str, segments: Sequence[tuple[str, int, int]]) -> None:
+        self._store = store
+        self.branch = branch
+        self.segments = list(segments)  # (thread, rows up to this seq or -1 for all, seq offset)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def _mapped(self, row: StoredMessage, offset: int) -> StoredMessage:
+        return row.model_copy(update={"seq": row.seq + offset, "thread_id": self.branch})
+
+    async def alast_seq(self, resource_id: str, thread_id: str) -> int:
+        if thread_id != self.branch:
+            return int(await self._store.alast_seq(resource_id, thread_id))
+        _, _, offset = self.segments[-1]
+        return offset + int(await self._store.alast_seq(resource_id, thread_id))
+
+    async def aget_messages(
+        self, resource_id: str, thread_id: str, *, after_seq: int = 0, before_seq: int | None = None,
+        limit: int | None = None, descending: bool = False,
+    ) -> list[StoredMessage]:
+        if thread_id != self.branch:
+            rows: list[StoredMessage] = await self._store.aget_messages(
+                resource_id, thread_id, after_seq=after_seq, before_seq=before_seq, limit=limit, descending=descending)
+            return rows
+        out: list[StoredMessage] = []
+        for thread, upto, offset in (reversed(self.segments) if descending else self.segments):
+            if limit is not None and len(out) >= limit:
+                break
+            low = max(after_seq - offset, 0)
+            high = None if before_seq is None else before_seq - offset
+            if upto >= 0:
+                high = upto + 1 if high is None else min(high, upto + 1)
+            if high is not None and high <= low + 1:
+                continue
+            rest = None if limit is None else limit - len(out)
+            found = await self._store.aget_messages(resource_id, thread, after_seq=low, before_seq=high,
+                                                    limit=rest, descending=descending)
+            out.extend(self._mapped(r, offset) for r in found)
+        return out
+
+    async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
+        found: StoredMessage | None = await self._store.aget_message(resource_id, message_id)
+        if found is None:
+            return None
+        for thread, upto, offset in self.segments:
+            if found.thread_id == thread and (upto < 0 or found.seq <= upto):
+                return self._mapped(found, offset)
+        return found
+
+
+async def alineage_view(om: ObservationalMemory, resolved: str, branch: str) -> Any:
+    """``om.store``, or a ``LineageView`` of it when ``branch`` is a branch thread."""
+    if not is_branch(branch):
+        return om.store
+    segments: list[tuple[str, int, int]] = []
+    offset = 0
+    for thread, upto in await abranch_lineage(om, resolved, branch):
+        segments.append((thread, upto, offset))
+        offset += max(upto, 0)
+    return LineageView(om.store, branch, segments)

@@ -333,3 +333,40 @@ def test_sync_time_travel(kind: str, tmp_path: Path) -> None:
         graph.invoke({"messages": [HumanMessage("first branch again")]}, finals[4])
         assert "fork (sync)" not in h.prompt() and seen(h.prompt(), *COLOURS)[-1] == "gold"
     om.close()
+
+
+# ------------------------------------------------------------------ recall on a branch
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_recall_pages_the_branchs_own_history(kind: str, store: OMStore) -> None:
+    """On a fork, recall's current thread is the fork's history: the parent's rows up to the fork
+    (observed ones included), then the fork's own; the abandoned future stays stored, elsewhere."""
+    from langchain_om.recall import RecallInput
+
+    om = make_om(store, retrieval=True)
+    h = build(kind, om, InMemorySaver())
+    thread = f"t-rec-{kind}"
+    finals = await five_turns(h, cfg(thread))
+    await h.graph.ainvoke({"messages": [HumanMessage("fork after turn three")]}, finals[2])
+    fork = await branch_of(h, {"configurable": {"thread_id": thread}})
+    parent_record = await om.aget_record(thread, resource_id="u")
+    assert parent_record.last_observed_seq.get(thread, 0) >= 2, "part of the parent should be observed"
+
+    tool = om.recall_tool()
+    run_config: RunnableConfig = {"configurable": {"thread_id": thread}}  # as the agent's tool call gets it
+    page = await tool.arecall(RecallInput(mode="messages", anchor="start", limit=50), run_config)
+    text = str(page)
+    assert seen(text, *COLOURS) == ["red", "blue", "green"], text
+    assert "fork after turn three" in text
+    assert page["thread_id"] == fork
+    newest = await tool.arecall(RecallInput(mode="messages", anchor="end", limit=2), run_config)
+    assert "fork after turn three" in str(newest) and newest["has_prev_page"] is True
+    # the abandoned future is still stored (nothing deleted), on the first branch
+    first = " ".join(str(r.data) for r in await store.aget_messages("u", thread))
+    assert seen(first, "pink", "gold") == ["pink", "gold"]
+    # back on the first branch, recall pages the first branch again, without the fork
+    await h.graph.ainvoke({"messages": [HumanMessage("first branch again")]}, finals[4])
+    page = await tool.arecall(RecallInput(mode="messages", anchor="start", limit=50), run_config)
+    assert seen(str(page), *COLOURS) == COLOURS and "fork after turn three" not in str(page)
+    await om.aclose()
