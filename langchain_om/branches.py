@@ -24,13 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
-from .store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id
+from .store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id, record_key
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
@@ -240,6 +241,8 @@ async def _afork(
     copies = [NewMessage(id=r.id, data=r.data, tokens=r.tokens, created_at=r.created_at, kind=r.kind)
               for r in [*observed_prefix, *rows]]
     inserted = await store.aappend_messages(resolved, branch, copies)
+    _share_parsed(om, resolved, parent, branch, [*observed_prefix, *rows])
+    om._known_ids[record_key(resolved, branch)] = {r.id for r in inserted}  # a new thread: exactly its copies
     new_seq = {old.seq: new.seq for old, new in zip([*observed_prefix, *rows], inserted, strict=False)}
     prefix = len(observed_prefix)
     if om.config.scope == "thread":
@@ -249,6 +252,18 @@ async def _afork(
         await _mark_resource_watermark(om, resolved, branch, prefix)
     await _copy_working_memory(om, resolved, branch, position)
     return branch
+
+
+def _share_parsed(om: ObservationalMemory, resolved: str, parent: str, branch: str,
+                  rows: Sequence[StoredMessage]) -> None:
+    """Hand the parent's already parsed messages to the branch's cache, so its first step does not
+    parse its copies again (parsing, not copying, is most of a fork's cost)."""
+    parsed = om._message_cache.get(record_key(resolved, parent))
+    if not parsed:
+        return
+    shared = OrderedDict((r.id, parsed[r.id]) for r in rows if r.id in parsed)
+    if shared:
+        om._message_cache[record_key(resolved, branch)] = shared
 
 
 def _branch_record(
