@@ -187,16 +187,19 @@ async def _fork_point(
     """The ``seq`` on ``branch`` the caller's state stands at when OM has stored a later row the
     state never had (the caller runs from the past); None when the step continues the branch."""
     last = await om.store.alast_seq(resolved, branch)
-    incoming = {m.id for m in messages if isinstance(m, BaseMessage) and m.id}
     if position is not None:
         if last <= position.seq:
             return None  # the common case: one small read
         later = await om.store.aget_messages(resolved, branch, after_seq=position.seq, limit=_SCAN_LIMIT)
+        incoming = _ids(messages)
         # rows a failed or retried step stored from this very state are in it: not a fork
         if len(later) < _SCAN_LIMIT and all(r.kind != "message" or r.id in incoming for r in later):
             return None
         return position.seq
-    if last == 0 or not incoming:
+    if last == 0:
+        return None
+    incoming = _ids(messages)
+    if not incoming:
         return None
     # a checkpoint from before OM's first step (no position): the newest row the state holds
     newest_message: int | None = None
@@ -213,6 +216,10 @@ async def _fork_point(
             if newest_message is None:
                 newest_message = row.seq
         before = rows[-1].seq
+
+
+def _ids(messages: Sequence[BaseMessage]) -> set[str]:
+    return {m.id for m in messages if isinstance(m, BaseMessage) and m.id}
 
 
 async def _afork(
