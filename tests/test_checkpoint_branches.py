@@ -200,6 +200,7 @@ async def check_time_travel(h: Harness, store: OMStore, thread: str) -> None:
 
 
 KINDS = ["graph", "agent"]
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "time_travel.py"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -370,3 +371,18 @@ async def test_recall_pages_the_branchs_own_history(kind: str, store: OMStore) -
     page = await tool.arecall(RecallInput(mode="messages", anchor="start", limit=50), run_config)
     assert seen(str(page), *COLOURS) == COLOURS and "fork after turn three" not in str(page)
     await om.aclose()
+
+
+# ------------------------------------------------------------------ the README's example
+
+
+async def test_readme_example_runs() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("time_travel_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    seen = await module.main()
+    assert seen == {"first branch": COLOURS, "fork from turn 2": ["red", "blue"],
+                    "first branch again": COLOURS, "refused": ["ForeignResourceError"]}
