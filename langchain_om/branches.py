@@ -258,6 +258,7 @@ async def _afork(
     elif prefix:
         await _mark_resource_watermark(om, resolved, branch, prefix)
     await _copy_working_memory(om, resolved, branch, position)
+    await _register(om, resolved, thread_id, "branches", branch)
     return branch
 
 
@@ -360,8 +361,61 @@ async def _remember_working_memory(om: ObservationalMemory, cache: _Cache, resol
     digest = hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:32]
     if (resolved, digest) not in cache.documents:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"wm:{digest}", document)
+        await _register(om, resolved, branch_root(branch), "documents", digest)
         cache.documents.add((resolved, digest))
     return digest
+
+
+def _registry_key(thread_id: str) -> str:
+    return f"thread:{thread_id}"
+
+
+async def _register(om: ObservationalMemory, resolved: str, thread_id: str, field_name: str, value: str) -> None:
+    """Remember what a thread's time travel left in the store (its branches, working memory
+    documents), so deleting the thread deletes them too. Written only on a fork or a new document."""
+    registry = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id))
+    entry = dict(registry) if isinstance(registry, Mapping) else {}
+    values = [v for v in entry.get(field_name, []) if isinstance(v, str)]
+    if value not in values:
+        entry[field_name] = [*values, value]
+        await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id), entry)
+
+
+async def adelete_branches(om: ObservationalMemory, thread_id: str, resource_id: str | None) -> None:
+    """Delete what time travel kept for a thread: its branch threads (messages and records), the
+    record snapshots of the thread and its branches, and its working memory documents.
+
+    ``ObservationalMemory.adelete_thread`` calls it before deleting the thread itself. The key-value
+    table has no delete, so snapshots are overwritten with null (``aget_value`` then reads None)."""
+    if is_branch(thread_id):
+        return
+    resolved = om._resource_for(thread_id, resource_id)
+    registry = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id))
+    entry = registry if isinstance(registry, Mapping) else {}
+    branches = [b for b in entry.get("branches", []) if isinstance(b, str) and branch_root(b) == thread_id]
+    for thread in [thread_id, *branches]:
+        if om.config.scope == "thread":
+            await _forget_snapshots(om, resolved, thread)
+    for branch in branches:
+        await om.adelete_thread(branch, resource_id=resource_id)
+    for digest in entry.get("documents", []):
+        if isinstance(digest, str):
+            await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"wm:{digest}", None)
+    if registry is not None:
+        await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id), None)
+    cache = _cache(om)
+    cache.active.pop(thread_id, None)
+    cache.snapshots = {k for k in cache.snapshots if k[0] != resolved}
+
+
+async def _forget_snapshots(om: ObservationalMemory, resolved: str, thread: str) -> None:
+    record = await om.store.aget_record(resolved, thread)
+    if record is None:
+        return
+    for version in range(1, record.version + 1):
+        key = f"record:{record.id}:{version}"
+        if await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, key) is not None:
+            await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, key, None)
 
 
 async def abranch_lineage(om: ObservationalMemory, resolved: str, branch: str) -> list[tuple[str, int]]:

@@ -27,7 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from . import observer as observer_mod
 from . import reflector as reflector_mod
 from ._loop import LoopThread
-from .branches import branch_root
+from .branches import adelete_branches, branch_root
 from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
 from .config import OMConfig, OMConfigError
 from .context import context_message, render_context
@@ -1479,6 +1479,7 @@ class ObservationalMemory:
         record from the store, and drop OM's in-process caches so new messages start fresh."""
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
+        await adelete_branches(self, thread_id, resource_id)  # forks made by time travel go with it
         key = record_key(resource, self._record_thread(thread_id))
         await self._tasks.wait(key)
         async with self._lock(key):

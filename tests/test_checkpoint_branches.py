@@ -386,3 +386,33 @@ async def test_readme_example_runs() -> None:
     seen = await module.main()
     assert seen == {"first branch": COLOURS, "fork from turn 2": ["red", "blue"],
                     "first branch again": COLOURS, "refused": ["ForeignResourceError"]}
+
+
+# ------------------------------------------------------------------ deleting a thread
+
+
+async def test_deleting_a_thread_deletes_its_branches_and_snapshots(store: OMStore) -> None:
+    om = make_om(store, working_memory={"scope": "thread"})
+    h = build("graph", om, InMemorySaver())
+    finals = await five_turns(h, cfg("t-del"))
+    await om.working_memory.aset("t-del", "Colour: wm-gold", resource_id="u")  # type: ignore[union-attr]
+    await h.graph.ainvoke({"messages": [HumanMessage("one more")]}, finals[4])
+    first = (await h.graph.aget_state({"configurable": {"thread_id": "t-del"}})).values[POSITION_KEY]
+    await h.graph.ainvoke({"messages": [HumanMessage("fork")]}, finals[1])
+    position = (await h.graph.aget_state({"configurable": {"thread_id": "t-del"}})).values[POSITION_KEY]
+    fork = position["branch"]
+    assert fork != first["branch"]
+    snapshot_key = f"record:{first['record']}:{first['version']}"
+    assert await store.aget_value("u", "om-branch", snapshot_key) is not None
+    assert await store.aget_thread("u", fork) is not None
+    documents = [first["working_memory"]]
+    assert documents[0] and await store.aget_value("u", "om-branch", f"wm:{documents[0]}") is not None
+
+    await om.adelete_thread("t-del", resource_id="u")
+    assert await store.aget_thread("u", "t-del") is None
+    assert await store.aget_thread("u", fork) is None
+    assert await store.aget_messages("u", fork) == []
+    assert await store.aget_value("u", "om-branch", snapshot_key) is None
+    assert await store.aget_value("u", "om-branch", f"record:{position['record']}:{position['version']}") is None
+    assert await store.aget_value("u", "om-branch", f"wm:{documents[0]}") is None
+    await om.aclose()
