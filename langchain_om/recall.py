@@ -655,11 +655,15 @@ async def _threads_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[s
     )
     has_more = len(threads) > args.limit
     threads = threads[: args.limit]
+    from .branches import branch_root, is_branch
+
     lines = []
     for info in threads:
         title = _short(info.title, 120) if info.title else "(untitled)"
         line = (f"- {title} (id: {info.thread_id}) created {_stamp(info.created_at)}, "
                 f"updated {_stamp(info.updated_at)}")
+        if is_branch(info.thread_id):  # a fork made by running the thread from an earlier checkpoint
+            line += f", another branch of thread {branch_root(info.thread_id)}"
         if info.thread_id == ctx.thread_id:
             line += " ← current"
         lines.append(line)

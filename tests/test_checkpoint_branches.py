@@ -416,3 +416,19 @@ async def test_deleting_a_thread_deletes_its_branches_and_snapshots(store: OMSto
     assert await store.aget_value("u", "om-branch", f"record:{position['record']}:{position['version']}") is None
     assert await store.aget_value("u", "om-branch", f"wm:{documents[0]}") is None
     await om.aclose()
+
+
+async def test_recall_threads_mode_names_branches(open_store: Any) -> None:
+    from langchain_om.recall import RecallInput
+
+    store = await open_store("memory")
+    om = make_om(store, retrieval=True)
+    h = build("agent", om, InMemorySaver())
+    finals = await five_turns(h, cfg("t-list"))
+    await h.graph.ainvoke({"messages": [HumanMessage("fork")]}, finals[1])
+    listing = await om.recall_tool().arecall(RecallInput(mode="threads"), {"configurable": {"thread_id": "t-list"}})
+    lines = listing["threads"].split("\n")  # (splitlines would also split at the branch mark \x1e)
+    assert len(lines) == 2
+    fork_line = next(line for line in lines if BRANCH_MARK in line)
+    assert "another branch of thread t-list" in fork_line and fork_line.endswith("← current")
+    await om.aclose()
