@@ -432,3 +432,23 @@ async def test_recall_threads_mode_names_branches(open_store: Any) -> None:
     fork_line = next(line for line in lines if BRANCH_MARK in line)
     assert "another branch of thread t-list" in fork_line and fork_line.endswith("← current")
     await om.aclose()
+
+
+async def test_resource_scope_forks_the_raw_messages(open_store: Any) -> None:
+    """Resource scope: the shared observation log is the user's across threads and does not roll
+    back (documented), but the fork's own messages are the checkpoint's, and both branches run."""
+    store = await open_store("sqlite")
+    om = make_om(store, scope="resource")
+    h = build("agent", om, InMemorySaver())
+    finals = await five_turns(h, cfg("t-res"))
+    await h.graph.ainvoke({"messages": [HumanMessage("fork in resource scope")]}, finals[1])
+    fork = await branch_of(h, {"configurable": {"thread_id": "t-res"}})
+    rows = " ".join(str(r.data) for r in await store.aget_messages("u", fork))
+    assert "fork in resource scope" in rows and not seen(rows, "green", "pink", "gold")
+    record = await om.aget_record("t-res", resource_id="u")
+    unobserved_on_fork = await store.aget_messages("u", fork, after_seq=record.last_observed_seq.get(fork, 0))
+    assert not seen(" ".join(str(r.data) for r in unobserved_on_fork), "green", "pink", "gold")
+    await h.graph.ainvoke({"messages": [HumanMessage("first branch, resource scope")]}, finals[4])
+    conversation = " ".join(str(m.content) for m in h.model.calls[-1] if m.type != "system")
+    assert "fork in resource scope" not in conversation and "first branch, resource scope" in conversation
+    await om.aclose()
