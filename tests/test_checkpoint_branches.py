@@ -452,3 +452,46 @@ async def test_resource_scope_forks_the_raw_messages(open_store: Any) -> None:
     conversation = " ".join(str(m.content) for m in h.model.calls[-1] if m.type != "system")
     assert "fork in resource scope" not in conversation and "first branch, resource scope" in conversation
     await om.aclose()
+
+
+class FlakyAgentModel(ScriptedAgentModel):
+    """Fails on the call indexes in ``fail_on`` (after recording them), else answers as scripted."""
+
+    fail_on: list[int] = []
+
+    def _reply(self, messages: list[Any], index: int) -> Any:
+        if index in self.fail_on:
+            raise RuntimeError("provider exploded")
+        return super()._reply(messages, index)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_retried_step_is_not_a_fork(kind: str, open_store: Any) -> None:
+    """OM stored the step's messages, then the model failed: retrying from the same checkpoint
+    continues the branch (the stored rows are the state's own), it does not fork."""
+    store = await open_store("sqlite")
+    om = make_om(store)
+    model = FlakyAgentModel(fail_on=[2])
+    if kind == "graph":
+        async def agent(state: State) -> dict[str, Any]:
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        builder = StateGraph(State)
+        builder.add_node("agent", agent)
+        builder.add_edge(START, "agent")
+        builder.add_edge("agent", END)
+        graph = add_observational_memory(builder, om).compile(checkpointer=InMemorySaver())
+    else:
+        graph = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    config = cfg("t-retry")
+    await graph.ainvoke({"messages": [HumanMessage(say("red"))]}, config)
+    await graph.ainvoke({"messages": [HumanMessage(say("blue"))]}, config)
+    with pytest.raises(RuntimeError, match="provider exploded"):
+        await graph.ainvoke({"messages": [HumanMessage(say("green"))]}, config)
+    stored = await store.acount_messages("u", "t-retry")
+    await graph.ainvoke(None, config)  # retry from the latest checkpoint
+    assert seen(" ".join(str(m.content) for m in model.calls[-1]), *COLOURS) == ["red", "blue", "green"]
+    assert (await graph.aget_state(config)).values[POSITION_KEY]["branch"] == "t-retry"
+    assert [t.thread_id for t in await store.alist_threads("u")] == ["t-retry"]
+    assert await store.acount_messages("u", "t-retry") >= stored
+    await om.aclose()
