@@ -25,6 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from pydantic import Field
 
 from langchain_om.branches import BRANCH_MARK, POSITION_KEY, ForeignResourceError
 from langchain_om.engine import ObservationalMemory
@@ -457,7 +458,7 @@ async def test_resource_scope_forks_the_raw_messages(open_store: Any) -> None:
 class FlakyAgentModel(ScriptedAgentModel):
     """Fails on the call indexes in ``fail_on`` (after recording them), else answers as scripted."""
 
-    fail_on: list[int] = []
+    fail_on: list[int] = Field(default_factory=list)
 
     def _reply(self, messages: list[Any], index: int) -> Any:
         if index in self.fail_on:
