@@ -109,11 +109,24 @@ class BranchRun:
     forked: bool = False
 
 
+_CACHE_LIMIT = 4096  # entries per in-process cache: a long-lived server forgets the least recently used
+
+
+class _Bounded(OrderedDict[Any, Any]):
+    """An LRU map: forgetting an entry only costs a repeated (idempotent) store write or read."""
+
+    def remember(self, key: Any, value: Any = None) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > _CACHE_LIMIT:
+            self.popitem(last=False)
+
+
 @dataclass
 class _Cache:
-    snapshots: set[tuple[str, str, int]] = field(default_factory=set)
-    documents: set[tuple[str, str]] = field(default_factory=set)
-    active: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    snapshots: _Bounded = field(default_factory=_Bounded)  # (resource, record id, version) written
+    documents: _Bounded = field(default_factory=_Bounded)  # (resource, digest) written
+    active: _Bounded = field(default_factory=_Bounded)  # thread -> (resource, branch) of its latest step
 
 
 _CACHES: weakref.WeakKeyDictionary[ObservationalMemory, _Cache] = weakref.WeakKeyDictionary()
@@ -176,7 +189,7 @@ async def aresolve(
     if fork_seq is not None:
         run.branch = await _afork(om, resolved, thread_id, branch, fork_seq, position)
         run.forked = True
-    _cache(om).active[thread_id] = (resource, run.branch)
+    _cache(om).active.remember(thread_id, (resource, run.branch))
     return run
 
 
@@ -347,7 +360,7 @@ async def aposition(om: ObservationalMemory, run: BranchRun) -> dict[str, Any]:
     if snap_key not in cache.snapshots:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"record:{record.id}:{record.version}",
                                   record.model_dump(mode="json"))
-        cache.snapshots.add(snap_key)
+        cache.snapshots.remember(snap_key)
     document_hash = await _remember_working_memory(om, cache, resolved, run.branch)
     return Position(run.resource_id, run.branch, seq, record.id, record.version, document_hash).to_state()
 
@@ -362,7 +375,7 @@ async def _remember_working_memory(om: ObservationalMemory, cache: _Cache, resol
     if (resolved, digest) not in cache.documents:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"wm:{digest}", document)
         await _register(om, resolved, branch_root(branch), "documents", digest)
-        cache.documents.add((resolved, digest))
+        cache.documents.remember((resolved, digest))
     return digest
 
 
@@ -405,7 +418,9 @@ async def adelete_branches(om: ObservationalMemory, thread_id: str, resource_id:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id), None)
     cache = _cache(om)
     cache.active.pop(thread_id, None)
-    cache.snapshots = {k for k in cache.snapshots if k[0] != resolved}
+    for written in (cache.snapshots, cache.documents):  # written again if the thread comes back
+        for key in [k for k in written if k[0] == resolved]:
+            del written[key]
 
 
 async def _forget_snapshots(om: ObservationalMemory, resolved: str, thread: str) -> None:
