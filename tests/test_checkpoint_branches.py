@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from langchain_om.branches import BRANCH_MARK, POSITION_KEY, ForeignResourceError
 from langchain_om.engine import ObservationalMemory
@@ -495,4 +495,49 @@ async def test_a_retried_step_is_not_a_fork(kind: str, open_store: Any) -> None:
     assert (await graph.aget_state(config)).values[POSITION_KEY]["branch"] == "t-retry"
     assert [t.thread_id for t in await store.alist_threads("u")] == ["t-retry"]
     assert await store.acount_messages("u", "t-retry") >= stored
+    await om.aclose()
+
+
+# ------------------------------------------------------------------ other state schemas, om_turn_end
+
+
+class PydanticState(BaseModel):
+    messages: Annotated[list[AnyMessage], add_messages] = []
+    turns: int = 0
+
+
+async def test_graph_nodes_add_the_position_to_a_pydantic_state(open_store: Any) -> None:
+    """The OM nodes add ``om_position`` to whatever state schema the graph has, and time travel works."""
+    store = await open_store("memory")
+    om = make_om(store)
+    model = ScriptedAgentModel()
+
+    async def agent(state: PydanticState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state.messages)], "turns": state.turns + 1}
+
+    builder = StateGraph(PydanticState)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    graph = add_observational_memory(builder, om).compile(checkpointer=InMemorySaver())
+    h = Harness("graph", graph, model, om)
+    finals = await five_turns(h, cfg("t-pyd"))
+    assert (await graph.aget_state(finals[4])).values["turns"] == 5
+    await graph.ainvoke({"messages": [HumanMessage("fork")]}, finals[1])
+    assert seen(h.prompt(), *COLOURS) == ["red", "blue"]
+    await om.aclose()
+
+
+async def test_turn_end_node_writes_the_position(open_store: Any) -> None:
+    """With buffer_on_idle, ``om_turn_end`` stores the final answer: its position keeps the next
+    step from mistaking that row for a fork."""
+    store = await open_store("memory")
+    om = make_om(store, observation={"message_tokens": 150, "buffer_on_idle": True})
+    h = build("graph", om, InMemorySaver())
+    assert "om_turn_end" in h.graph.nodes
+    finals = await five_turns(h, cfg("t-idle"))
+    assert await store.acount_messages("u", "t-idle") == 10  # the final answer is stored at the turn's end
+    assert (await h.graph.aget_state(finals[4])).values[POSITION_KEY]["branch"] == "t-idle"
+    await h.graph.ainvoke({"messages": [HumanMessage("fork")]}, finals[2])
+    assert seen(h.prompt(), *COLOURS) == ["red", "blue", "green"]
     await om.aclose()
