@@ -1,5 +1,6 @@
 """langchain-om benchmark suite: ``python -m benchmarks`` (see benchmarks/README.md)."""
 
-SECTIONS = ("buffering", "step_cost", "agent_step", "prompt_tokens", "token_counting", "storage", "scale")
+SECTIONS = ("buffering", "step_cost", "agent_step", "prompt_tokens", "token_counting", "storage", "scale",
+            "branches")
 
 __all__ = ["SECTIONS"]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import SECTIONS, agent_step, buffering, prompt_tokens, scale, step_cost, storage, token_counting
+from . import SECTIONS, agent_step, branches, buffering, prompt_tokens, scale, step_cost, storage, token_counting
 from .common import RESULTS_DIR, write_result
 
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
-               "token_counting": token_counting, "storage": storage, "scale": scale}
+               "token_counting": token_counting, "storage": storage, "scale": scale, "branches": branches}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

@@ -10,6 +10,7 @@ Everything in ``__all__`` is public API (see DESIGN.md); other modules are inter
 from __future__ import annotations
 
 from . import events
+from .branches import ForeignResourceError
 from .callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
 from .config import ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
 from .context import OM_CONTEXT_MESSAGE_ID
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "OM_CONTEXT_MESSAGE_ID",
     "Extractor",
+    "ForeignResourceError",
     "HookContext",
     "InMemoryStore",
     "ModelByInputTokens",

@@ -27,6 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from . import observer as observer_mod
 from . import reflector as reflector_mod
 from ._loop import LoopThread
+from .branches import adelete_branches, branch_root
 from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
 from .config import OMConfig, OMConfigError
 from .context import context_message, render_context
@@ -351,6 +352,9 @@ class ObservationalMemory:
     def _resource_for(self, thread_id: str, resource_id: str | None) -> str:
         check_thread_id(thread_id)
         if resource_id is None:
+            root = branch_root(thread_id)
+            if root != thread_id:  # a branch of a thread (see branches.py) lives under that thread's resource
+                return self._resource_for(root, None)
             if self.config.scope == "resource":
                 raise OMConfigError("resource_id", "is required when scope='resource'")
             return implicit_resource(thread_id)  # private to the thread: no explicit id can name it
@@ -1632,6 +1636,7 @@ class ObservationalMemory:
         record from the store, and drop OM's in-process caches so new messages start fresh."""
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
+        await adelete_branches(self, thread_id, resource_id)  # forks made by time travel go with it
         key = record_key(resource, self._record_thread(thread_id))
         await self._tasks.wait(key)
         async with self._lock(key):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, get_type_hints
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
@@ -35,7 +35,9 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import END, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
+from typing_extensions import NotRequired, TypedDict
 
+from .branches import POSITION_KEY, aposition, aresolve
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext, Phase
 
@@ -100,6 +102,50 @@ def _state_messages(state: Any, key: str) -> list[BaseMessage]:
     return messages
 
 
+def state_value(state: Any, key: str) -> Any:
+    """``state[key]`` of a dict or object state, or None."""
+    return state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
+
+
+async def aprocess_at_checkpoint(
+    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig, **kwargs: Any,
+) -> tuple[OMContext, dict[str, Any], str, str | None]:
+    """One OM step that follows the checkpoint the run started from (see ``branches.py``).
+
+    Returns the context, the position to write into state under ``om_position``, and the
+    ``(branch, resource_id)`` the step ran on (OM's thread for this checkpoint and resource).
+    """
+    thread_id, resource_id = ids_from_config(config)
+    run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
+    context = await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config, **kwargs)
+    return context, await aposition(om, run), run.branch, run.resource_id
+
+
+async def aturn_end_at_checkpoint(
+    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig,
+) -> dict[str, Any]:
+    """``aon_turn_end`` on the checkpoint's branch; returns the position to write into state."""
+    thread_id, resource_id = ids_from_config(config)
+    run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
+    await om.aon_turn_end(run.branch, messages, resource_id=run.resource_id)
+    return await aposition(om, run)
+
+
+def node_input_schema(builder: StateGraph[Any, Any, Any, Any]) -> type[Any] | None:
+    """The OM nodes' input schema: the graph's state plus ``om_position`` (a plain last-value
+    channel), so OM's position is checkpointed with the state without the user declaring it."""
+    try:
+        hints = get_type_hints(builder.state_schema, include_extras=True)
+    except Exception:  # a schema LangGraph reads some other way: keep the default input
+        return None
+    if POSITION_KEY in hints:
+        return None
+    fields = {k: v for k, v in hints.items() if k != "__slots__"}
+    fields[POSITION_KEY] = NotRequired[Union[dict[str, Any], None]]  # noqa: UP007 (runtime alias on 3.10)
+    schema: type[Any] = TypedDict("OMNodeState", fields)  # type: ignore[misc]
+    return schema
+
+
 # ------------------------------------------------------------------ state updates
 
 
@@ -158,29 +204,31 @@ def _phase_node(
     """One OM phase as a node that routes with ``Command``: on to ``goto``, or to ``END`` when aborted."""
     phase = _NODE_PHASE[name]
 
-    def finish(messages: list[BaseMessage], context: OMContext) -> Command[str]:
+    def finish(messages: list[BaseMessage], context: OMContext, position: dict[str, Any]) -> Command[str]:
         update = state_update(messages, context)
         if context.aborted is None:
-            return Command(update={messages_key: update} if update else None, goto=goto)
+            changes: dict[str, Any] = {POSITION_KEY: position}
+            if update:
+                changes[messages_key] = update
+            return Command(update=changes, goto=goto)
         logger.warning("langchain-om %s aborted the step: %s", name, context.aborted)
         if on_abort == "raise":
             raise OMAborted(f"{name}: {context.aborted}")
-        return Command(update={messages_key: [*update, tripwire_message(context.aborted)]}, goto=END)
+        return Command(update={messages_key: [*update, tripwire_message(context.aborted)], POSITION_KEY: position},
+                       goto=END)
 
     async def arun(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
-        thread_id, resource_id = ids_from_config(config)
-        context = await om.aprocess(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,),
-                                    current_model=current_model_from(config, current_model))
-        return finish(messages, context)
+        context, position, _, _ = await aprocess_at_checkpoint(
+            om, state, messages, config, phases=(phase,), current_model=current_model_from(config, current_model))
+        return finish(messages, context, position)
 
     def run(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
-        thread_id, resource_id = ids_from_config(config)
         # OM's sync twin runs on its private loop and dispatches the events with this run's config
-        context = om.process(thread_id, messages, resource_id=resource_id, config=config, phases=(phase,),
-                             current_model=current_model_from(config, current_model))
-        return finish(messages, context)
+        context, position, _, _ = om._loop.run(aprocess_at_checkpoint(
+            om, state, messages, config, phases=(phase,), current_model=current_model_from(config, current_model)))
+        return finish(messages, context, position)
 
     return RunnableLambda(run, afunc=arun, name=name)
 
@@ -201,14 +249,12 @@ def om_turn_end_node(om: ObservationalMemory, *, messages_key: str = "messages")
     ``buffer_on_idle`` is on; use this to place it yourself."""
 
     async def arun(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        thread_id, resource_id = ids_from_config(config)
-        await om.aon_turn_end(thread_id, _state_messages(state, messages_key), resource_id=resource_id)
-        return {}
+        position = await aturn_end_at_checkpoint(om, state, _state_messages(state, messages_key), config)
+        return {POSITION_KEY: position}
 
     def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        thread_id, resource_id = ids_from_config(config)
-        om.on_turn_end(thread_id, _state_messages(state, messages_key), resource_id=resource_id)
-        return {}
+        messages = _state_messages(state, messages_key)
+        return {POSITION_KEY: om._loop.run(aturn_end_at_checkpoint(om, state, messages, config))}
 
     return RunnableLambda(run, afunc=arun, name=TURN_END)
 
@@ -314,12 +360,13 @@ def add_observational_memory(
                 wrapped = spec.path | RunnableLambda(_remap(before))
                 branches[branch_name] = spec._replace(path=wrapped)
 
+    schema = node_input_schema(builder)
     for name, goto in ((ACTIVATOR, OBSERVER), (OBSERVER, REFLECTOR), (REFLECTOR, before)):
         builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort, current_model),
-                         destinations=(goto, END))
+                         destinations=(goto, END), input_schema=schema)
     if om.config.buffering_enabled and om.config.observation.buffer_on_idle and TURN_END not in builder.nodes:
         if _route_ends_through_turn_end(builder, before):
-            builder.add_node(TURN_END, om_turn_end_node(om, messages_key=messages_key))
+            builder.add_node(TURN_END, om_turn_end_node(om, messages_key=messages_key), input_schema=schema)
             builder.add_edge(TURN_END, END)
     return builder
 

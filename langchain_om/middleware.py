@@ -18,20 +18,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
 from langgraph.types import Command
+from typing_extensions import NotRequired
 
+from .branches import POSITION_KEY
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMContext
-from .graph import TRIPWIRE_KEY, ids_from_config, om_tools, tripwire_message
+from .graph import TRIPWIRE_KEY, aprocess_at_checkpoint, aturn_end_at_checkpoint, om_tools, tripwire_message
 
 __all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
 
@@ -85,7 +87,13 @@ def merge_system_messages(user: SystemMessage | None, om: SystemMessage | None) 
     return SystemMessage(content=content, id=OM_CONTEXT_MESSAGE_ID, additional_kwargs=dict(user.additional_kwargs))
 
 
-class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class OMAgentState(AgentState[Any]):
+    """The agent state plus OM's position, so memory follows the checkpoint (see ``branches.py``)."""
+
+    om_position: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput]]
+
+
+class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     """Observational Memory as ``create_agent`` middleware.
 
     ``agent = create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(om)],
@@ -124,6 +132,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if keep_in_state not in ("unobserved", "turn"):
             raise ValueError(f"keep_in_state: expected 'unobserved' or 'turn', got {keep_in_state!r}")
         self.om = om
+        self.state_schema = OMAgentState
         self.remove_observed = remove_observed
         self.keep_in_state = keep_in_state
         self.tools: Sequence[BaseTool] = om_tools(om)
@@ -143,61 +152,57 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _with_removals(
         self, response: ModelResponse[Any], request: ModelRequest[Any], context: OMContext,
-        thread_id: str, resource_id: str | None,
+        branch: str, resource_id: str | None, position: dict[str, Any],
     ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        """The model's answer, plus the removal of observed messages from the agent's state."""
-        if not self.remove_observed:
-            return response
-        # only ids that are in state now: an outer middleware may have rewritten request.messages
-        in_state = {m.id for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)}
-        observed = self.om.observed_state_ids(thread_id, request.messages, context, resource_id=resource_id,
-                                              keep_unobserved=self.keep_in_state == "unobserved")
-        removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
-        if not removals:
-            return response
-        return ExtendedModelResponse(model_response=response, command=Command(update={"messages": removals}))
+        """The model's answer, OM's position and the removal of observed messages from the state."""
+        update: dict[str, Any] = {POSITION_KEY: position}
+        if self.remove_observed:
+            # only ids that are in state now: an outer middleware may have rewritten request.messages
+            in_state = {m.id for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)}
+            observed = self.om.observed_state_ids(branch, request.messages, context, resource_id=resource_id,
+                                                  keep_unobserved=self.keep_in_state == "unobserved")
+            removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
+            if removals:
+                update["messages"] = removals
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+    async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, dict[str, Any], str, str | None]:
+        config = _run_config()
+        return await aprocess_at_checkpoint(self.om, request.state or {}, _plain(request.messages), config,
+                                            current_model=model_id(request.model))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        config = _run_config()
-        thread_id, resource_id = ids_from_config(config)
-        context = await self.om.aprocess(
-            thread_id, _plain(request.messages), resource_id=resource_id, config=config,
-            current_model=model_id(request.model),
-        )
+        context, position, branch, resource_id = await self._astep(request)
         if context.aborted:
-            return tripwire_message(context.aborted)
+            return ExtendedModelResponse(model_response=ModelResponse(result=[tripwire_message(context.aborted)]),
+                                         command=Command(update={POSITION_KEY: position}))
         response = await handler(self._request(request, context))
-        return self._with_removals(response, request, context, thread_id, resource_id)
+        return self._with_removals(response, request, context, branch, resource_id, position)
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        config = _run_config()
-        thread_id, resource_id = ids_from_config(config)
-        context = self.om.process(
-            thread_id, _plain(request.messages), resource_id=resource_id, config=config,
-            current_model=model_id(request.model),
-        )
+        context, position, branch, resource_id = self.om._loop.run(self._astep(request))
         if context.aborted:
-            return tripwire_message(context.aborted)
+            return ExtendedModelResponse(model_response=ModelResponse(result=[tripwire_message(context.aborted)]),
+                                         command=Command(update={POSITION_KEY: position}))
         response = handler(self._request(request, context))
-        return self._with_removals(response, request, context, thread_id, resource_id)
+        return self._with_removals(response, request, context, branch, resource_id, position)
 
-    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        thread_id, resource_id = ids_from_config(_run_config())
-        await self.om.aon_turn_end(thread_id, _plain(state["messages"]), resource_id=resource_id)
-        return None
+    async def aafter_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), _run_config())
+        return {POSITION_KEY: position}
 
-    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        thread_id, resource_id = ids_from_config(_run_config())
-        self.om.on_turn_end(thread_id, _plain(state["messages"]), resource_id=resource_id)
-        return None
+    def after_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        config = _run_config()
+        position = self.om._loop.run(aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config))
+        return {POSITION_KEY: position}
 
 
 def _plain(messages: Sequence[Any]) -> list[BaseMessage]:

@@ -45,7 +45,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -54,7 +54,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .messages import TIMESTAMP_KEY
-from .store.base import InvalidStoreInput, OMRecord, StoredMessage
+from .store.base import InvalidStoreInput, OMRecord, OMStore, StoredMessage
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
@@ -277,6 +277,13 @@ class _Ctx:
         self.om = om
         self.resource_id = resource_id
         self.thread_id = thread_id
+        self.store: OMStore = om.store
+        """The store as seen from this thread: on a branch, its history reads as one thread."""
+
+    async def aprepare(self) -> None:
+        from .branches import alineage_view
+
+        self.store = cast("OMStore", await alineage_view(self.om, self.resource_id, self.thread_id))
 
     @property
     def thread_only(self) -> bool:
@@ -342,7 +349,7 @@ async def _resolve_thread(ctx: _Ctx, thread_id: str | None) -> str:
     if ctx.thread_only:
         raise ToolException("thread_id: recall is limited to the current thread here; omit thread_id")
     try:
-        info = await ctx.om.store.aget_thread(ctx.resource_id, wanted)
+        info = await ctx.store.aget_thread(ctx.resource_id, wanted)
     except InvalidStoreInput as exc:
         raise ToolException(f"thread_id: {exc}") from None
     if info is not None:
@@ -368,7 +375,7 @@ async def _resolve_cursor(ctx: _Ctx, cursor: str) -> StoredMessage:
         raise ToolException(hint)
     if len(text) <= MAX_ID_CHARS and text and not any(unicodedata.category(ch) in ("Cc", "Cs") for ch in text):
         try:
-            found = await ctx.om.store.aget_message(ctx.resource_id, text)
+            found = await ctx.store.aget_message(ctx.resource_id, text)
         except InvalidStoreInput:
             found = None
         if found is not None:
@@ -493,7 +500,7 @@ async def _next_part(
     later = [i for i in _matching(parts, args) if i > index]
     if later:
         return _call(args, stored.id, later[0])
-    rows = await ctx.om.store.aget_messages(ctx.resource_id, stored.thread_id, after_seq=stored.seq,
+    rows = await ctx.store.aget_messages(ctx.resource_id, stored.thread_id, after_seq=stored.seq,
                                             limit=NEXT_SCAN + 1)
     for row in rows[:NEXT_SCAN]:
         chosen = _matching(message_parts(ctx.om._as_langchain(ctx.resource_id, row)), args)
@@ -540,7 +547,7 @@ async def _part_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str,
             f"got {index}"
         )
     shown = await _show_part(ctx, args, budget, stored, parts, index)
-    older = index > 0 or (stored.seq > 1 and bool(await ctx.om.store.aget_messages(
+    older = index > 0 or (stored.seq > 1 and bool(await ctx.store.aget_messages(
         ctx.resource_id, stored.thread_id, before_seq=stored.seq, limit=1, descending=True)))
     result = _page_result(shown.pop("messages"), 1, cursor=stored.id, page=1, limit=1, detail="high",
                           thread=stored.thread_id, has_next=shown["next_call"] is not None, has_prev=older)
@@ -569,7 +576,7 @@ async def _messages_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[
         return await _part_mode(ctx, args, budget)
     page = 1 if not args.page else args.page
     limit = args.limit
-    store = ctx.om.store
+    store = ctx.store
     cursor_row: StoredMessage | None = None
     if args.cursor is not None:
         cursor_row = await _resolve_cursor(ctx, args.cursor)
@@ -671,16 +678,20 @@ async def _threads_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[s
     after = parse_date(args.after, "after") if args.after is not None else None
     if before is not None and after is not None and after >= before:
         raise ToolException("after: must be earlier than before")
-    threads = await ctx.om.store.alist_threads(
+    threads = await ctx.store.alist_threads(
         ctx.resource_id, before=before, after=after, offset=page * args.limit, limit=args.limit + 1
     )
     has_more = len(threads) > args.limit
     threads = threads[: args.limit]
+    from .branches import branch_root, is_branch
+
     lines = []
     for info in threads:
         title = _short(info.title, 120) if info.title else "(untitled)"
         line = (f"- {title} (id: {info.thread_id}) created {_stamp(info.created_at)}, "
                 f"updated {_stamp(info.updated_at)}")
+        if is_branch(info.thread_id):  # a fork made by running the thread from an earlier checkpoint
+            line += f", another branch of thread {branch_root(info.thread_id)}"
         if info.thread_id == ctx.thread_id:
             line += " ← current"
         lines.append(line)
@@ -728,7 +739,7 @@ async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[st
         message_id = meta.get("message_id")
         if not isinstance(message_id, str) or message_id in seen:
             continue
-        stored = await ctx.om.store.aget_message(ctx.resource_id, message_id)
+        stored = await ctx.store.aget_message(ctx.resource_id, message_id)
         if stored is None or stored.thread_id != meta.get("thread_id"):
             continue  # deleted, or not this resource's: never shown
         if ctx.thread_only and stored.thread_id != ctx.thread_id:
@@ -740,7 +751,7 @@ async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[st
             break
     blocks: list[str] = []
     for thread_id, items in grouped.items():
-        info = await ctx.om.store.aget_thread(ctx.resource_id, thread_id)
+        info = await ctx.store.aget_thread(ctx.resource_id, thread_id)
         title = _short(info.title, 120) if info is not None and info.title else "(untitled)"
         head = f"Thread {title} (id: {thread_id})" + (" ← current" if thread_id == ctx.thread_id else "")
         lines = [head]
@@ -813,6 +824,11 @@ class RecallTool(BaseTool):
                 "recall needs the current thread: bind it with om.recall_tool(thread_id=...) or run with "
                 'config={"configurable": {"thread_id": ...}}'
             )
+        if self.bound_thread_id is None:
+            from .branches import active_branch
+
+            # the run's branch of the thread (a run from an earlier checkpoint reads that branch)
+            thread, resource = active_branch(om, thread, resource)
         try:
             resolved = om._resource_for(thread, resource)
         except ValueError as exc:
@@ -823,6 +839,7 @@ class RecallTool(BaseTool):
         """Run one recall (already-validated arguments). Raises ``ToolException`` on bad input."""
         ctx = self._context(config)
         await ctx.om._ensure_setup()
+        await ctx.aprepare()
         if args.limit < 1:
             raise ToolException(f"limit: must be a positive number (got {args.limit})")
         if args.page is not None and abs(args.page) > MAX_PAGE:

@@ -40,7 +40,7 @@ from .config import OMConfigError
 from .extractors import ExtractionContext, Extractor
 from .fence import neutralise
 from .recall import ids_from_run_config
-from .store.base import OMRecord, utcnow
+from .store.base import OMRecord, thread_key, utcnow
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
@@ -151,7 +151,7 @@ class WorkingMemory:
     # ------------------------------------------------------------------ storage
 
     def _key(self, thread_id: str) -> str:
-        return "resource" if self.settings.scope == "resource" else f"thread:{thread_id}"
+        return "resource" if self.settings.scope == "resource" else f"thread:{thread_key(thread_id)}"
 
     def _resource(self, thread_id: str, resource_id: str | None) -> str:
         return self.memory._resource_for(thread_id, resource_id)
@@ -280,6 +280,11 @@ class WorkingMemory:
             resource = resource_id or config_resource
             if not thread:
                 raise ToolException("update_working_memory needs a thread_id in config['configurable']")
+            if thread_id is None:
+                from .branches import active_branch
+
+                # the run's branch of the thread: a run from an earlier checkpoint writes that branch's document
+                thread, resource = active_branch(working.memory, str(thread), resource)
             return str(thread), (str(resource) if resource else None)
 
         if schema is None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from benchmarks import __main__ as suite
-from benchmarks import agent_step, buffering, prompt_tokens, step_cost, storage, token_counting
+from benchmarks import agent_step, branches, buffering, prompt_tokens, step_cost, storage, token_counting
 from benchmarks.common import conversation, percentile, summary, turn_messages
 from benchmarks.history import PromptMeter, bench_counter
 
@@ -142,6 +142,16 @@ def test_storage_quick_sqlite_only() -> None:
     assert sqlite["non_empty_pages"] == 6
     assert sqlite["recall_page_ms"]["n"] == 6
     assert payload["backends"]["postgres"] == {"skipped": "--no-pg"}
+
+
+def test_branches_quick_times_steps_and_forks() -> None:
+    payload = branches.run(_ns(branches, sizes=[60, 120], steps=3, forks=1, stores=["memory"]))
+    per = payload["stores"]["memory"]
+    for size in ("60", "120"):
+        assert per[size]["plain_step_ms"]["n"] == 3 and per[size]["checkpoint_step_ms"]["n"] == 3
+        assert per[size]["fork_step_ms"]["n"] == 1
+        assert per[size]["rows_copied_per_fork"] > 0 and per[size]["snapshot_bytes"] > 0
+    assert "memory: checkpoint step / plain step at 120 (mean)" in payload["ratios"]
 
 
 def test_suite_writes_json_and_png(tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def check_mark_observed(mark_observed: Any) -> dict[str, int]:
     if not isinstance(mark_observed, Mapping):
         raise InvalidStoreInput("mark_observed", "must map thread ids to sequence numbers")
     return {
-        check_id(thread_id, "mark_observed"): check_count(seq, f"mark_observed[{thread_id!r}]")
+        check_thread_id(thread_id, "mark_observed"): check_count(seq, f"mark_observed[{thread_id!r}]")
         for thread_id, seq in mark_observed.items()
     }
 

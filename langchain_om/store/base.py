@@ -280,8 +280,26 @@ RESOURCE_SCOPE_THREAD = "*"
 """The thread part of a resource-scope record's key; no real thread may carry this id."""
 
 
+BRANCH_MARK = "\x1ebranch:"
+"""Separates a thread id from its branch suffix in OM's internal branch thread ids
+(``langchain_om.branches``): ``<thread>\x1ebranch:<suffix>``. Only OM makes them; like the
+private resources, they hold ``\x1e``, which no caller's id may contain."""
+
+
+def thread_key(thread_id: str) -> str:
+    """A thread id as part of a key-value key: OM's branch ids hold ``\x1e``, which keys may not,
+    so it is escaped (injectively: ``%`` is escaped first)."""
+    return thread_id.replace("%", "%25").replace("\x1e", "%1E")
+
+
 def check_thread_id(value: Any, field: str = "thread_id") -> str:
-    """A thread id is an id that cannot be mistaken for the resource-scope record's key."""
+    """A thread id is an id that cannot be mistaken for the resource-scope record's key; OM's own
+    branch ids (``BRANCH_MARK``) are a thread id, the mark and a suffix."""
+    if isinstance(value, str) and BRANCH_MARK in value:
+        root, _, suffix = value.partition(BRANCH_MARK)
+        check_thread_id(root, field)
+        check_id(suffix, field)
+        return value
     thread_id = check_id(value, field)
     if thread_id == RESOURCE_SCOPE_THREAD:
         # record_key(r, "*") == record_key(r, None): deleting thread "*" would delete the resource's record.

@@ -26,6 +26,7 @@ from .base import (
     ValueUpdate,
     check_id,
     check_resource_id,
+    check_thread_id,
     record_key,
     utcnow,
 )
@@ -154,7 +155,7 @@ class InMemoryStore:
     async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
         """Ids of the resource's threads in code point order, after ``after_id`` (keyset paging)."""
         resource_id = check_resource_id(resource_id)
-        start = None if after_id is None else check_id(after_id, "after_id")
+        start = None if after_id is None else check_thread_id(after_id, "after_id")
         count = u.check_limit(limit)
         with self._lock:
             ids = sorted(t.thread_id for t in self._threads.values()

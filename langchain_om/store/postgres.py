@@ -43,6 +43,7 @@ from .base import (
     ValueUpdate,
     check_id,
     check_resource_id,
+    check_thread_id,
     record_key,
     utcnow,
 )
@@ -429,7 +430,7 @@ class PostgresStore:
         """Ids of the resource's threads in code point order (``COLLATE "C"`` compares UTF-8
         bytes, whatever the database's locale), after ``after_id`` (keyset paging)."""
         resource_id = check_resource_id(resource_id)
-        start = None if after_id is None else check_id(after_id, "after_id")
+        start = None if after_id is None else check_thread_id(after_id, "after_id")
         count = u.check_limit(limit)
         async with self._tx() as cur:
             await cur.execute(

@@ -51,6 +51,7 @@ from .base import (
     ValueUpdate,
     check_id,
     check_resource_id,
+    check_thread_id,
     record_key,
     utcnow,
 )
@@ -481,7 +482,7 @@ class SQLiteStore:
         """Ids of the resource's threads in code point order (SQLite's BINARY collation compares
         UTF-8 bytes, which orders like code points), after ``after_id`` (keyset paging)."""
         resource_id = check_resource_id(resource_id)
-        start = None if after_id is None else check_id(after_id, "after_id")
+        start = None if after_id is None else check_thread_id(after_id, "after_id")
         count = u.check_limit(limit)
         query = "SELECT thread_id FROM threads WHERE resource_id = ?"
         params: list[Any] = [resource_id]
