@@ -20,7 +20,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.graph import aprocess_at_checkpoint
-from langchain_om.store.base import OMStore
+from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
@@ -28,7 +28,7 @@ from langchain_om.testing import ScriptedObserverModel
 from .common import Timer, conversation, ratio, section_main, summary, table, turn_messages
 from .history import OM_MESSAGE_TOKENS, OM_OBSERVATION_TOKENS, THREAD, _append, bench_counter, preload_om, tempdir
 
-CONFIG: Any = {"configurable": {"thread_id": THREAD, "resource_id": THREAD}}
+CONFIG: Any = {"configurable": {"thread_id": THREAD}}  # the thread's private resource, as preload_om writes it
 
 
 def _om(store: OMStore, counter: Any) -> ObservationalMemory:
@@ -57,7 +57,7 @@ async def plain_steps(kind: str, size: int, steps: int, tmp: str, counter: Any) 
             human, ai = turn_messages(turn)
             state = _append(state, human)
             with Timer() as timer:
-                await om.aprocess(THREAD, state, resource_id=THREAD)
+                await om.aprocess(THREAD, state)
             await om.await_background()
             state = _append(state, ai)
             if turn:
@@ -89,7 +89,7 @@ async def checkpoint_steps(kind: str, size: int, steps: int, forks: int, tmp: st
             if turn:
                 times.append(timer.ms)
         past_state, past_position = checkpoints[len(checkpoints) // 2]
-        value = await store.aget_value(THREAD, "om-branch",
+        value = await store.aget_value(implicit_resource(THREAD), "om-branch",
                                        f"record:{past_position['record']}:{past_position['version']}")
         snapshot_bytes = len(json.dumps(value, default=str)) if value is not None else 0
         for index in range(forks):
@@ -98,7 +98,7 @@ async def checkpoint_steps(kind: str, size: int, steps: int, forks: int, tmp: st
                 _, _, branch, _ = await aprocess_at_checkpoint(om, {"om_position": past_position}, fresh, CONFIG)
             await om.await_background()
             fork_ms.append(timer.ms)
-            copied.append(await store.acount_messages(THREAD, branch) - 1)  # minus the new message
+            copied.append(await store.acount_messages(implicit_resource(THREAD), branch) - 1)  # minus the new one
     finally:
         await om.aclose(cancel=True)
         await store.aclose()
