@@ -29,6 +29,7 @@ from .base import (
 )
 from .memory import InMemoryStore
 from .postgres import PostgresStore
+from .search import SearchHit, StoredVector, VectorItem, decode_vector, encode_vector
 from .sqlite import SQLiteStore
 
 DB_ENV = "LANGCHAIN_OM_DB"
@@ -57,11 +58,16 @@ __all__ = [
     "RecordConflictError",
     "RecordStamp",
     "SQLiteStore",
+    "SearchHit",
     "StoreError",
     "StoredMessage",
+    "StoredVector",
     "SupportsRecordStamp",
     "ThreadInfo",
+    "VectorItem",
     "check_id",
+    "decode_vector",
     "default_store",
+    "encode_vector",
     "record_key",
 ]

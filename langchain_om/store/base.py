@@ -15,11 +15,14 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from .search import SearchHit, StoredVector, VectorItem
+
+SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
@@ -329,3 +332,28 @@ class OMStore(Protocol):
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         """Store a JSON-serialisable value (replacing any previous one)."""
+
+    # recall search: a keyword index written with the messages, and stored embeddings
+    @property
+    def keyword_search_available(self) -> bool:
+        """Whether ``asearch_messages`` works here (a SQLite build without FTS5 has no index)."""
+
+    async def asearch_messages(
+        self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """Messages of the resource (of one thread when ``thread_id`` is given) containing any word
+        of ``query``, most relevant first. The query is plain text: no character of it is syntax."""
+
+    async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
+        """Store embeddings of the resource's messages under ``space`` (the embedder's name);
+        a message that has one in this space keeps it, a message of another resource is skipped.
+        Returns how many were stored."""
+
+    async def aget_vectors(
+        self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
+    ) -> list[StoredVector]:
+        """The resource's embeddings in ``space`` with ``pos > after_pos``, in ``pos`` order."""
+
+    async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
+        """``(count, highest pos)`` of the resource's embeddings in ``space``: a cache of them is
+        current when both match (a deleted thread lowers the count, a new vector raises the pos)."""

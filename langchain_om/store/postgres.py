@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -42,6 +42,18 @@ from .base import (
     check_id,
     record_key,
     utcnow,
+)
+from .search import (
+    SearchHit,
+    StoredVector,
+    VectorItem,
+    check_query,
+    check_search_limit,
+    check_space,
+    check_vector_items,
+    query_terms,
+    search_text,
+    tsquery_text,
 )
 
 DSN_ENV = "LANGCHAIN_OM_PG_DSN"
@@ -88,8 +100,65 @@ _SCHEMA_V1 = [
     " PRIMARY KEY (resource_id, namespace, key))",
 ]
 
-# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction).
-MIGRATIONS: dict[int, list[str]] = {1: _SCHEMA_V1}
+SEARCH_CONFIG = "english"
+"""The text search configuration of the keyword index (stemming like SQLite's porter tokenizer)."""
+
+_SCHEMA_V2 = [
+    "ALTER TABLE {s}.messages ADD COLUMN IF NOT EXISTS search tsvector",
+    "CREATE INDEX IF NOT EXISTS messages_search ON {s}.messages USING GIN (search)",
+    "CREATE TABLE IF NOT EXISTS {s}.message_vectors ("
+    " pos BIGSERIAL PRIMARY KEY,"
+    " resource_id TEXT NOT NULL,"
+    " space TEXT NOT NULL,"
+    " thread_id TEXT NOT NULL,"
+    " message_id TEXT NOT NULL,"
+    " vector BYTEA NOT NULL,"
+    " UNIQUE (thread_id, message_id, space))",
+    "CREATE INDEX IF NOT EXISTS message_vectors_scan ON {s}.message_vectors (resource_id, space, pos)",
+]
+
+_BACKFILL_BATCH = 1000
+
+
+async def _migrate_v2(store: PostgresStore, cur: Cursor) -> None:
+    """Recall search: the ``tsvector`` column with its GIN index, backfilled from every stored
+    message (paged by key, in the migration's transaction), and the embeddings table."""
+    for statement in _SCHEMA_V2:
+        await cur.execute(store._q(statement))
+    last: tuple[str, int] = ("", 0)
+    while True:
+        await cur.execute(
+            store._q(
+                "SELECT thread_id, seq, id, kind, data FROM {s}.messages WHERE (thread_id, seq) > (%s, %s) "
+                "ORDER BY thread_id, seq LIMIT %s"
+            ),
+            (*last, _BACKFILL_BATCH),
+        )
+        rows = await cur.fetchall()
+        if not rows:
+            return
+        last = (rows[-1]["thread_id"], rows[-1]["seq"])
+        updates = [
+            (text, row["thread_id"], row["id"])
+            for row in rows
+            if (text := search_text(u.from_jsonb_safe(row["data"]), row["kind"]))
+        ]
+        if updates:
+            await cur.executemany(
+                store._q(
+                    f"UPDATE {{s}}.messages SET search = to_tsvector('{SEARCH_CONFIG}', %s) "
+                    "WHERE thread_id = %s AND id = %s"
+                ),
+                updates,
+            )
+
+
+# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction):
+# a list of statements, or a function for steps SQL alone cannot do.
+MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
+    1: _SCHEMA_V1,
+    2: _migrate_v2,
+}
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -229,7 +298,11 @@ class PostgresStore:
         await cur.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
         await cur.execute(self._q("CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)"))
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[target]:
+            step = MIGRATIONS[target]
+            if callable(step):
+                await step(self, cur)
+                continue
+            for statement in step:
                 await cur.execute(self._q(statement))
         await cur.execute(self._q("DELETE FROM {s}.schema_version"))
         await cur.execute(self._q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), (SCHEMA_VERSION,))
@@ -374,6 +447,10 @@ class PostgresStore:
             if await cur.fetchone() is None:
                 return
             await cur.execute(
+                self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s"),
+                (thread_id, resource_id),
+            )
+            await cur.execute(
                 self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
             )
             await cur.execute(
@@ -417,7 +494,8 @@ class PostgresStore:
                 seen.add(message.id)
                 last += 1
                 rows.append(
-                    (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at)
+                    (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at,
+                     search_text(message.data, message.kind) or None)
                 )
                 inserted.append(
                     StoredMessage(
@@ -434,8 +512,8 @@ class PostgresStore:
             if rows:
                 await cur.executemany(
                     self._q(
-                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at, "
+                        f"search) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, to_tsvector('{SEARCH_CONFIG}', %s))"
                     ),
                     rows,
                 )
@@ -506,6 +584,93 @@ class PostgresStore:
             )
             row = await cur.fetchone()
         return int(row["n"]) if row is not None else 0
+
+    # ---- search -------------------------------------------------------------------------
+
+    @property
+    def keyword_search_available(self) -> bool:
+        """PostgreSQL's full-text search is built in."""
+        return True
+
+    async def asearch_messages(
+        self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """``tsvector`` search (GIN index) ranked by ``ts_rank``, inside the resource."""
+        resource_id = check_id(resource_id, "resource_id")
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        terms = query_terms(check_query(query))
+        count = check_search_limit(limit)
+        if not terms:
+            return []
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    f"SELECT {_MESSAGE_COLUMNS}, ts_rank(search, q) AS score "
+                    f"FROM {{s}}.messages, to_tsquery('{SEARCH_CONFIG}', %s) AS q "
+                    "WHERE resource_id = %s AND (%s::text IS NULL OR thread_id = %s) AND search @@ q "
+                    "ORDER BY score DESC, created_at DESC LIMIT %s"
+                ),
+                (tsquery_text(terms), resource_id, thread_id, thread_id, count),
+            )
+            return [SearchHit(message=_message(row), score=float(row["score"])) for row in await cur.fetchall()]
+
+    async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
+        resource_id = check_id(resource_id, "resource_id")
+        space = check_space(space)
+        checked = check_vector_items(items)
+        if not checked:
+            return 0
+        stored = 0
+        async with self._tx() as cur:
+            for item in checked:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.message_vectors (resource_id, space, thread_id, message_id, vector) "
+                        "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {s}.messages "
+                        "WHERE thread_id = %s AND id = %s AND resource_id = %s) "
+                        "ON CONFLICT (thread_id, message_id, space) DO NOTHING"
+                    ),
+                    (resource_id, space, item.thread_id, item.message_id, item.vector,
+                     item.thread_id, item.message_id, resource_id),
+                )
+                stored += max(cur.rowcount, 0)
+        return stored
+
+    async def aget_vectors(
+        self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
+    ) -> list[StoredVector]:
+        resource_id = check_id(resource_id, "resource_id")
+        space = check_space(space)
+        low = u.check_count(after_pos, "after_pos")
+        count = None if limit is None else u.check_count(limit, "limit")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT pos, thread_id, message_id, vector FROM {s}.message_vectors "
+                    "WHERE resource_id = %s AND space = %s AND pos > %s ORDER BY pos LIMIT %s"
+                ),
+                (resource_id, space, low, count),
+            )
+            return [
+                StoredVector(pos=r["pos"], thread_id=r["thread_id"], message_id=r["message_id"],
+                             vector=bytes(r["vector"]))
+                for r in await cur.fetchall()
+            ]
+
+    async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
+        resource_id = check_id(resource_id, "resource_id")
+        space = check_space(space)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT COUNT(*) AS n, COALESCE(MAX(pos), 0) AS top FROM {s}.message_vectors "
+                    "WHERE resource_id = %s AND space = %s"
+                ),
+                (resource_id, space),
+            )
+            row = await cur.fetchone()
+        return (int(row["n"]), int(row["top"])) if row is not None else (0, 0)
 
     # ---- records ------------------------------------------------------------------------
 
