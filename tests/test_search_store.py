@@ -109,10 +109,12 @@ async def test_deleted_thread_leaves_the_index(store: OMStore) -> None:
     await seed(store)
     await store.aput_vectors(R1, "fake:3", [VectorItem(thread_id="t1", message_id="m1",
                                                        vector=encode_vector([1.0, 0.0, 0.0]))])
+    before = await store.avector_stamp(R1, "fake:3")
     await store.adelete_thread(R1, "t1")
     assert await store.asearch_messages(R1, "dentist") == []
-    assert await store.avector_stamp(R1, "fake:3") == (0, (await store.avector_stamp(R1, "fake:3"))[1])
-    assert await store.aget_vectors(R1, "fake:3") == []
+    after = await store.avector_stamp(R1, "fake:3")
+    assert after[0] == before[0] + 1  # a deletion changes the stamp, so caches reload
+    assert len(await store.aget_vectors(R1, "fake:3")) == 0
     assert ids(await store.asearch_messages(R2, "dentist")) == ["x1"]
 
 
@@ -138,15 +140,17 @@ async def test_vectors_round_trip_scoped_and_incremental(store: OMStore) -> None
     assert await store.aput_vectors(R1, space, [VectorItem(thread_id="t1", message_id="nope",
                                                            vector=encode_vector([1.0, 1.0, 1.0]))]) == 0
     rows = await store.aget_vectors(R1, space)
-    assert [r.message_id for r in rows] == ["m1", "m2", "m3"]
-    assert decode_vector(rows[1].vector) == [1.0, 1.0, 0.5]
-    count, top = await store.avector_stamp(R1, space)
-    assert (count, top) == (3, rows[-1].pos)
+    assert rows.message_ids == ["m1", "m2", "m3"] and rows.thread_ids == ["t1"] * 3
+    assert decode_vector(rows.vectors[1]) == [1.0, 1.0, 0.5]
+    assert rows.positions == sorted(rows.positions)
+    deleted, top = await store.avector_stamp(R1, space)
+    assert (deleted, top) == (0, rows.positions[-1])
     assert await store.aput_vectors(R1, space, [VectorItem(thread_id="t2", message_id="m4",
                                                            vector=encode_vector([0.0, 0.0, 1.0]))]) == 1
     newer = await store.aget_vectors(R1, space, after_pos=top)
-    assert [r.message_id for r in newer] == ["m4"]
-    assert await store.aget_vectors(R2, space) == [] and await store.aget_vectors(R1, "other:3") == []
+    assert newer.message_ids == ["m4"] and (await store.avector_stamp(R1, space))[1] == newer.positions[0] > top
+    assert (await store.aget_vectors(R1, space, limit=2)).message_ids == ["m1", "m2"]
+    assert len(await store.aget_vectors(R2, space)) == 0 and len(await store.aget_vectors(R1, "other:3")) == 0
     assert await store.avector_stamp(R2, space) == (0, 0)
     with pytest.raises(InvalidStoreInput):
         await store.aput_vectors(R1, space, [VectorItem(thread_id="t1", message_id="m1", vector=b"abc")])
@@ -172,6 +176,7 @@ def _downgrade_sqlite_to_v1(path: Path) -> None:
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE message_search")
     conn.execute("DROP TABLE message_vectors")
+    conn.execute("DROP TABLE vector_deletions")
     conn.execute("UPDATE schema_version SET version = 1")
     conn.commit()
     conn.close()
@@ -225,7 +230,8 @@ async def test_postgres_index_survives_reopen_and_migration_backfills(
         # make the schema look like version 1 (no search column), then migrate it again
         async with reopened._tx() as cur:
             await cur.execute(reopened._q("DROP TABLE {s}.message_vectors"))
-            await cur.execute(reopened._q("ALTER TABLE {s}.messages DROP COLUMN search"))
+            await cur.execute(reopened._q("DROP TABLE {s}.vector_deletions"))
+            await cur.execute(reopened._q("DROP TABLE {s}.message_search"))
             await cur.execute(reopened._q("UPDATE {s}.schema_version SET version = 1"))
     finally:
         await reopened.aclose()
@@ -235,3 +241,31 @@ async def test_postgres_index_survives_reopen_and_migration_backfills(
         assert ids(await migrated.asearch_messages(R2, "dentist")) == ["x1"]
     finally:
         await migrated.aclose()
+
+
+async def test_messages_with_every_word_rank_first(store: OMStore, store_kind: str) -> None:
+    await store.aappend_messages(R1, "t1", [
+        human("both", "the garden shed roof leaks"),
+        *[human(f"some{i}", f"garden party number {i} garden garden") for i in range(5)],
+    ])
+    hits = await store.asearch_messages(R1, "garden shed", limit=3)
+    assert ids(hits)[0] == "both" and len(hits) == 3
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    only_stop_words = await store.asearch_messages(R1, "the")
+    # a query of stop words alone still searches, except on PostgreSQL, whose "english"
+    # configuration leaves stop words out of the index itself
+    assert ids(only_stop_words) == ([] if store_kind == "postgres" else ["both"])
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "postgres"], indirect=True)
+async def test_common_words_rank_only_the_newest_candidates(
+    store: OMStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_om.store import postgres as postgres_module
+
+    for module in (sqlite_module, postgres_module):
+        monkeypatch.setattr(module, "RANK_CANDIDATES", 3)
+    for i in range(8):  # one append per message: insertion order is recency
+        await store.aappend_messages(R1, "t1", [human(f"b{i}", "budget " * (8 - i))])
+    hits = await store.asearch_messages(R1, "budget", limit=8)
+    assert set(ids(hits)) == {"b5", "b6", "b7"}  # the newest three, though older ones say it more often

@@ -29,7 +29,7 @@ from .base import (
 )
 from .memory import InMemoryStore
 from .postgres import PostgresStore
-from .search import SearchHit, StoredVector, VectorItem, decode_vector, encode_vector
+from .search import SearchHit, VectorBatch, VectorItem, decode_vector, encode_vector
 from .sqlite import SQLiteStore
 
 DB_ENV = "LANGCHAIN_OM_DB"
@@ -61,9 +61,9 @@ __all__ = [
     "SearchHit",
     "StoreError",
     "StoredMessage",
-    "StoredVector",
     "SupportsRecordStamp",
     "ThreadInfo",
+    "VectorBatch",
     "VectorItem",
     "check_id",
     "decode_vector",

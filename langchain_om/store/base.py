@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from .search import SearchHit, StoredVector, VectorItem
+    from .search import SearchHit, VectorBatch, VectorItem
 
 SCHEMA_VERSION = 2
 
@@ -351,9 +351,10 @@ class OMStore(Protocol):
 
     async def aget_vectors(
         self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
-    ) -> list[StoredVector]:
+    ) -> VectorBatch:
         """The resource's embeddings in ``space`` with ``pos > after_pos``, in ``pos`` order."""
 
     async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
-        """``(count, highest pos)`` of the resource's embeddings in ``space``: a cache of them is
-        current when both match (a deleted thread lowers the count, a new vector raises the pos)."""
+        """``(vectors ever deleted from the resource, highest pos in space)``, both read from an
+        index (no count): a cache of the vectors is current while both are unchanged; a higher
+        pos alone means rows were added after it."""

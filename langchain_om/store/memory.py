@@ -30,7 +30,7 @@ from .base import (
 )
 from .search import (
     SearchHit,
-    StoredVector,
+    VectorBatch,
     VectorItem,
     check_query,
     check_search_limit,
@@ -79,7 +79,8 @@ class InMemoryStore:
         self._kv: dict[tuple[str, str, str], str] = {}
         self._counter = itertools.count(1)
         self._words: dict[tuple[str, str], dict[str, int]] = {}  # (thread, message id) -> word counts
-        self._vectors: dict[tuple[str, str], list[StoredVector]] = {}  # (resource, space) -> rows
+        self._vectors: dict[tuple[str, str], list[tuple[int, str, str, bytes]]] = {}  # (resource, space) -> rows
+        self._vector_deletions: dict[str, int] = {}
         self._vector_keys: set[tuple[str, str, str]] = set()  # (thread, message id, space)
         self._vector_pos = itertools.count(1)
 
@@ -196,7 +197,10 @@ class InMemoryStore:
             self._message_ids.pop(thread_id, None)
             for key, rows in self._vectors.items():
                 if key[0] == resource_id:
-                    rows[:] = [v for v in rows if v.thread_id != thread_id]
+                    kept = [v for v in rows if v[1] != thread_id]
+                    dropped = len(rows) - len(kept)
+                    self._vector_deletions[resource_id] = self._vector_deletions.get(resource_id, 0) + dropped
+                    rows[:] = kept
             self._vector_keys = {k for k in self._vector_keys if k[0] != thread_id}
             self._records.pop(record_key(resource_id, thread_id), None)
             self._stamps.pop(record_key(resource_id, thread_id), None)
@@ -343,27 +347,26 @@ class InMemoryStore:
                 if item.message_id not in self._message_ids.get(item.thread_id, set()):
                     continue
                 self._vector_keys.add(key)
-                rows.append(StoredVector(pos=next(self._vector_pos), thread_id=item.thread_id,
-                                         message_id=item.message_id, vector=item.vector))
+                rows.append((next(self._vector_pos), item.thread_id, item.message_id, item.vector))
                 stored += 1
         return stored
 
     async def aget_vectors(
         self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
-    ) -> list[StoredVector]:
+    ) -> VectorBatch:
         resource_id = check_id(resource_id, "resource_id")
         space = check_space(space)
         low = u.check_count(after_pos, "after_pos")
         with self._lock:
-            found = [v for v in self._vectors.get((resource_id, space), []) if v.pos > low]
-        return found if limit is None else found[: u.check_count(limit, "limit")]
+            found = [v for v in self._vectors.get((resource_id, space), []) if v[0] > low]
+        return VectorBatch.of(found if limit is None else found[: u.check_count(limit, "limit")])
 
     async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
         resource_id = check_id(resource_id, "resource_id")
         space = check_space(space)
         with self._lock:
             rows = self._vectors.get((resource_id, space), [])
-            return len(rows), (rows[-1].pos if rows else 0)
+            return self._vector_deletions.get(resource_id, 0), (rows[-1][0] if rows else 0)
 
     # ---- records ------------------------------------------------------------------------
 

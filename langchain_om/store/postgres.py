@@ -44,13 +44,15 @@ from .base import (
     utcnow,
 )
 from .search import (
+    RANK_CANDIDATES,
     SearchHit,
-    StoredVector,
+    VectorBatch,
     VectorItem,
     check_query,
     check_search_limit,
     check_space,
     check_vector_items,
+    merge_ranked,
     query_terms,
     search_text,
     tsquery_text,
@@ -104,8 +106,17 @@ SEARCH_CONFIG = "english"
 """The text search configuration of the keyword index (stemming like SQLite's porter tokenizer)."""
 
 _SCHEMA_V2 = [
-    "ALTER TABLE {s}.messages ADD COLUMN IF NOT EXISTS search tsvector",
-    "CREATE INDEX IF NOT EXISTS messages_search ON {s}.messages USING GIN (search)",
+    # the keyword index: narrow rows (no message body), so ranking reads little; pos orders by recency
+    "CREATE TABLE IF NOT EXISTS {s}.message_search ("
+    " pos BIGSERIAL PRIMARY KEY,"
+    " resource_id TEXT NOT NULL,"
+    " thread_id TEXT NOT NULL,"
+    " message_id TEXT NOT NULL,"
+    " search tsvector NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS message_search_recent ON {s}.message_search (resource_id, pos)",
+    "CREATE INDEX IF NOT EXISTS message_search_words ON {s}.message_search USING GIN (search)",
+    "CREATE INDEX IF NOT EXISTS message_search_thread ON {s}.message_search (thread_id)",
+    "CREATE TABLE IF NOT EXISTS {s}.vector_deletions (resource_id TEXT PRIMARY KEY, deleted BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS {s}.message_vectors ("
     " pos BIGSERIAL PRIMARY KEY,"
     " resource_id TEXT NOT NULL,"
@@ -118,19 +129,23 @@ _SCHEMA_V2 = [
 ]
 
 _BACKFILL_BATCH = 1000
+_INSERT_SEARCH = (
+    "INSERT INTO {s}.message_search (resource_id, thread_id, message_id, search) "
+    f"VALUES (%s, %s, %s, to_tsvector('{SEARCH_CONFIG}', %s))"
+)
 
 
 async def _migrate_v2(store: PostgresStore, cur: Cursor) -> None:
-    """Recall search: the ``tsvector`` column with its GIN index, backfilled from every stored
-    message (paged by key, in the migration's transaction), and the embeddings table."""
+    """Recall search: the ``tsvector`` index table, backfilled from every stored message (paged
+    by key, oldest first, in the migration's transaction), and the embeddings tables."""
     for statement in _SCHEMA_V2:
         await cur.execute(store._q(statement))
     last: tuple[str, int] = ("", 0)
     while True:
         await cur.execute(
             store._q(
-                "SELECT thread_id, seq, id, kind, data FROM {s}.messages WHERE (thread_id, seq) > (%s, %s) "
-                "ORDER BY thread_id, seq LIMIT %s"
+                "SELECT resource_id, thread_id, seq, id, kind, data FROM {s}.messages "
+                "WHERE (thread_id, seq) > (%s, %s) ORDER BY thread_id, seq LIMIT %s"
             ),
             (*last, _BACKFILL_BATCH),
         )
@@ -138,19 +153,13 @@ async def _migrate_v2(store: PostgresStore, cur: Cursor) -> None:
         if not rows:
             return
         last = (rows[-1]["thread_id"], rows[-1]["seq"])
-        updates = [
-            (text, row["thread_id"], row["id"])
+        entries = [
+            (row["resource_id"], row["thread_id"], row["id"], text)
             for row in rows
             if (text := search_text(u.from_jsonb_safe(row["data"]), row["kind"]))
         ]
-        if updates:
-            await cur.executemany(
-                store._q(
-                    f"UPDATE {{s}}.messages SET search = to_tsvector('{SEARCH_CONFIG}', %s) "
-                    "WHERE thread_id = %s AND id = %s"
-                ),
-                updates,
-            )
+        if entries:
+            await cur.executemany(store._q(_INSERT_SEARCH), entries)
 
 
 # MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction):
@@ -447,9 +456,22 @@ class PostgresStore:
             if await cur.fetchone() is None:
                 return
             await cur.execute(
+                self._q("DELETE FROM {s}.message_search WHERE thread_id = %s AND resource_id = %s"),
+                (thread_id, resource_id),
+            )
+            await cur.execute(
                 self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s"),
                 (thread_id, resource_id),
             )
+            if cur.rowcount > 0:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) "
+                        "ON CONFLICT (resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + "
+                        "excluded.deleted"
+                    ),
+                    (resource_id, cur.rowcount),
+                )
             await cur.execute(
                 self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
             )
@@ -488,15 +510,17 @@ class PostgresStore:
             last = int(last_row["last"]) if last_row is not None else 0
             inserted: list[StoredMessage] = []
             rows: list[tuple[Any, ...]] = []
+            entries: list[tuple[str, str, str, str]] = []
             for message, data in encoded:
                 if message.id in seen:
                     continue
                 seen.add(message.id)
                 last += 1
                 rows.append(
-                    (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at,
-                     search_text(message.data, message.kind) or None)
+                    (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at)
                 )
+                if text := search_text(message.data, message.kind):
+                    entries.append((resource_id, thread_id, message.id, text))
                 inserted.append(
                     StoredMessage(
                         id=message.id,
@@ -512,11 +536,13 @@ class PostgresStore:
             if rows:
                 await cur.executemany(
                     self._q(
-                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at, "
-                        f"search) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, to_tsvector('{SEARCH_CONFIG}', %s))"
+                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
                     ),
                     rows,
                 )
+                if entries:
+                    await cur.executemany(self._q(_INSERT_SEARCH), entries)
                 await cur.execute(
                     self._q("UPDATE {s}.threads SET updated_at = %s WHERE thread_id = %s"), (utcnow(), thread_id)
                 )
@@ -603,17 +629,31 @@ class PostgresStore:
         count = check_search_limit(limit)
         if not terms:
             return []
+        thread_filter = "" if thread_id is None else " AND thread_id = %(thread)s"
+        # the newest RANK_CANDIDATES matches (a backward scan of (resource_id, pos) that stops
+        # early for common words, the GIN index for rare ones), then ts_rank on those alone
+        statement = self._q(
+            f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, r.score FROM ("
+            f" SELECT thread_id, message_id, ts_rank(search, to_tsquery('{SEARCH_CONFIG}', %(q)s)) AS score FROM ("
+            "  SELECT thread_id, message_id, search FROM {s}.message_search"
+            f"  WHERE resource_id = %(resource)s{thread_filter}"
+            f"  AND search @@ to_tsquery('{SEARCH_CONFIG}', %(q)s) ORDER BY pos DESC LIMIT %(candidates)s) AS c"
+            " ORDER BY score DESC LIMIT %(limit)s) AS r "
+            "JOIN {s}.messages AS m ON m.thread_id = r.thread_id AND m.id = r.message_id "
+            "WHERE m.resource_id = %(resource)s ORDER BY r.score DESC, m.created_at DESC"
+        )
+        params = {"resource": resource_id, "thread": thread_id, "candidates": RANK_CANDIDATES, "limit": count}
         async with self._tx() as cur:
-            await cur.execute(
-                self._q(
-                    f"SELECT {_MESSAGE_COLUMNS}, ts_rank(search, q) AS score "
-                    f"FROM {{s}}.messages, to_tsquery('{SEARCH_CONFIG}', %s) AS q "
-                    "WHERE resource_id = %s AND (%s::text IS NULL OR thread_id = %s) AND search @@ q "
-                    "ORDER BY score DESC, created_at DESC LIMIT %s"
-                ),
-                (tsquery_text(terms), resource_id, thread_id, thread_id, count),
-            )
-            return [SearchHit(message=_message(row), score=float(row["score"])) for row in await cur.fetchall()]
+
+            async def ranked(every: bool) -> list[SearchHit]:
+                # never a prepared statement: a generic plan cannot know how common the words are
+                await cur.execute(statement, {**params, "q": tsquery_text(terms, every=every)}, prepare=False)
+                return [SearchHit(message=_message(row), score=float(row["score"])) for row in await cur.fetchall()]
+
+            every = await ranked(True) if len(terms) > 1 else []
+            if len(every) >= count:
+                return every
+            return merge_ranked(every, await ranked(False), count)
 
     async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
         resource_id = check_id(resource_id, "resource_id")
@@ -621,25 +661,22 @@ class PostgresStore:
         checked = check_vector_items(items)
         if not checked:
             return 0
-        stored = 0
         async with self._tx() as cur:
-            for item in checked:
-                await cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.message_vectors (resource_id, space, thread_id, message_id, vector) "
-                        "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {s}.messages "
-                        "WHERE thread_id = %s AND id = %s AND resource_id = %s) "
-                        "ON CONFLICT (thread_id, message_id, space) DO NOTHING"
-                    ),
-                    (resource_id, space, item.thread_id, item.message_id, item.vector,
-                     item.thread_id, item.message_id, resource_id),
-                )
-                stored += max(cur.rowcount, 0)
-        return stored
+            await cur.executemany(
+                self._q(
+                    "INSERT INTO {s}.message_vectors (resource_id, space, thread_id, message_id, vector) "
+                    "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {s}.messages "
+                    "WHERE thread_id = %s AND id = %s AND resource_id = %s) "
+                    "ON CONFLICT (thread_id, message_id, space) DO NOTHING"
+                ),
+                [(resource_id, space, item.thread_id, item.message_id, item.vector,
+                  item.thread_id, item.message_id, resource_id) for item in checked],
+            )
+            return max(cur.rowcount, 0)  # psycopg sums the rows of every statement of executemany
 
     async def aget_vectors(
         self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
-    ) -> list[StoredVector]:
+    ) -> VectorBatch:
         resource_id = check_id(resource_id, "resource_id")
         space = check_space(space)
         low = u.check_count(after_pos, "after_pos")
@@ -651,12 +688,10 @@ class PostgresStore:
                     "WHERE resource_id = %s AND space = %s AND pos > %s ORDER BY pos LIMIT %s"
                 ),
                 (resource_id, space, low, count),
+                binary=True,  # bytea as raw bytes: the text format would double them as hex
             )
-            return [
-                StoredVector(pos=r["pos"], thread_id=r["thread_id"], message_id=r["message_id"],
-                             vector=bytes(r["vector"]))
-                for r in await cur.fetchall()
-            ]
+            rows = await cur.fetchall()
+        return VectorBatch.of([(r["pos"], r["thread_id"], r["message_id"], r["vector"]) for r in rows])
 
     async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
         resource_id = check_id(resource_id, "resource_id")
@@ -664,10 +699,11 @@ class PostgresStore:
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    "SELECT COUNT(*) AS n, COALESCE(MAX(pos), 0) AS top FROM {s}.message_vectors "
-                    "WHERE resource_id = %s AND space = %s"
+                    "SELECT (SELECT COALESCE(MAX(deleted), 0) FROM {s}.vector_deletions WHERE resource_id = %s) AS n,"
+                    " (SELECT COALESCE(MAX(pos), 0) FROM {s}.message_vectors WHERE resource_id = %s AND space = %s)"
+                    " AS top"
                 ),
-                (resource_id, space),
+                (resource_id, resource_id, space),
             )
             row = await cur.fetchone()
         return (int(row["n"]), int(row["top"])) if row is not None else (0, 0)

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .base import InvalidStoreInput, StoredMessage, check_id
 
@@ -55,15 +55,27 @@ class VectorItem(BaseModel):
     vector: bytes
 
 
-class StoredVector(BaseModel):
-    """A stored embedding; ``pos`` grows with every insert, so a reader can fetch only newer rows."""
+class VectorBatch(BaseModel):
+    """Stored embeddings, column by column (100k rows load in one pass, no object per row).
+    ``positions`` grow with every insert, so a reader can fetch only newer rows."""
 
     model_config = ConfigDict(extra="forbid")
 
-    pos: int
-    thread_id: str
-    message_id: str
-    vector: bytes
+    positions: list[int] = Field(default_factory=list)
+    thread_ids: list[str] = Field(default_factory=list)
+    message_ids: list[str] = Field(default_factory=list)
+    vectors: list[bytes] = Field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]]) -> VectorBatch:
+        """From ``(pos, thread_id, message_id, vector)`` rows, trusted (read back from the store)."""
+        return cls.model_construct(
+            positions=[int(r[0]) for r in rows], thread_ids=[r[1] for r in rows],
+            message_ids=[r[2] for r in rows], vectors=[bytes(r[3]) for r in rows],
+        )
 
 
 def _block_text(block: Any) -> str:
@@ -114,9 +126,23 @@ def check_query(query: Any) -> str:
     return query
 
 
+STOP_WORDS = frozenset(
+    "a about after all also am an and any are as at be been before but by can could did do does for from had has "
+    "have he her him his how i if in into is it its me my no not of on or our out she so than that the their "
+    "them then there these they this to too us was we were what when where which who why will with would you "
+    "your".split()
+)
+"""English words too common to rank by; dropped from a query unless it has nothing else."""
+
+RANK_CANDIDATES = 1_000
+"""Most matches ranked per search: when a query's words occur in more messages than this, only
+the newest this many are ranked (the cost of BM25 / ts_rank grows with every match: a common
+word matches ~40% of 100k messages, and ranking them all takes 100-250 ms)."""
+
+
 def query_terms(query: str) -> list[str]:
-    """The distinct lower-cased words of a query (at most ``MAX_QUERY_TERMS``, each cut to
-    ``MAX_TERM_CHARS``); an empty list means nothing to search for."""
+    """The distinct lower-cased words of a query without stop words (unless it is only stop
+    words), at most ``MAX_QUERY_TERMS``, each cut to ``MAX_TERM_CHARS``; empty means nothing to find."""
     terms: list[str] = []
     for match in _WORD.finditer(query):
         term = match.group(0).lower()[:MAX_TERM_CHARS]
@@ -124,7 +150,8 @@ def query_terms(query: str) -> list[str]:
             terms.append(term)
             if len(terms) == MAX_QUERY_TERMS:
                 break
-    return terms
+    meaningful = [term for term in terms if term not in STOP_WORDS]
+    return meaningful or terms
 
 
 def check_search_limit(limit: Any) -> int:
@@ -143,20 +170,39 @@ def scope_token(prefix: str, value: str) -> str:
     return f"{prefix}{hashlib.sha256(value.encode()).hexdigest()[:32]}0"
 
 
-def fts5_match(terms: Sequence[str], resource_id: str, thread_id: str | None) -> str:
-    """An FTS5 MATCH expression: the resource's (and thread's) scope token AND any of the terms,
-    every term a quoted string (a quote inside doubled), so nothing typed is FTS5 syntax."""
+def merge_ranked(every: Sequence[SearchHit], some: Sequence[SearchHit], limit: int) -> list[SearchHit]:
+    """Hits holding every query word first, then those holding some; a later hit's score never
+    exceeds an earlier one's, so scores stay in result order."""
+    merged = list(every)
+    seen = {(hit.message.thread_id, hit.message.id) for hit in every}
+    ceiling = every[-1].score if every else None
+    for hit in some:
+        if len(merged) >= limit:
+            break
+        if (hit.message.thread_id, hit.message.id) in seen:
+            continue
+        if ceiling is not None and hit.score > ceiling:
+            hit = hit.model_copy(update={"score": ceiling})
+        merged.append(hit)
+    return merged
+
+
+def fts5_match(terms: Sequence[str], resource_id: str, thread_id: str | None, *, every: bool = False) -> str:
+    """An FTS5 MATCH expression: the resource's (and thread's) scope token AND any (``every``:
+    all) of the terms, every term a quoted string (a quote inside doubled), so nothing typed is
+    FTS5 syntax."""
     scope = f'scope : "{scope_token("r", resource_id)}"'
     if thread_id is not None:
         scope += f' AND scope : "{scope_token("t", thread_id)}"'
-    words = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    words = (" AND " if every else " OR ").join('"' + term.replace('"', '""') + '"' for term in terms)
     return f"{scope} AND body : ({words})"
 
 
-def tsquery_text(terms: Sequence[str]) -> str:
-    """A ``to_tsquery`` input ORing the terms, each a quoted lexeme (quotes and backslashes
-    escaped), so nothing typed is tsquery syntax."""
-    return " | ".join("'" + term.replace("\\", "\\\\").replace("'", "''") + "'" for term in terms)
+def tsquery_text(terms: Sequence[str], *, every: bool = False) -> str:
+    """A ``to_tsquery`` input ORing (``every``: ANDing) the terms, each a quoted lexeme (quotes
+    and backslashes escaped), so nothing typed is tsquery syntax."""
+    return (" & " if every else " | ").join(
+        "'" + term.replace("\\", "\\\\").replace("'", "''") + "'" for term in terms)
 
 
 def check_space(space: Any) -> str:

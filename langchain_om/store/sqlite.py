@@ -44,14 +44,16 @@ from .base import (
     utcnow,
 )
 from .search import (
+    RANK_CANDIDATES,
     SearchHit,
-    StoredVector,
+    VectorBatch,
     VectorItem,
     check_query,
     check_search_limit,
     check_space,
     check_vector_items,
     fts5_match,
+    merge_ranked,
     query_terms,
     scope_token,
     search_text,
@@ -119,6 +121,10 @@ CREATE TABLE IF NOT EXISTS message_vectors (
     UNIQUE (thread_id, message_id, space)
 );
 CREATE INDEX IF NOT EXISTS message_vectors_scan ON message_vectors (resource_id, space, pos);
+CREATE TABLE IF NOT EXISTS vector_deletions (
+    resource_id TEXT PRIMARY KEY,
+    deleted     INTEGER NOT NULL
+);
 """
 
 
@@ -514,8 +520,14 @@ class SQLiteStore:
                         "DELETE FROM message_search WHERE message_search MATCH ?",
                         (f'scope : "{scope_token("t", thread_id)}"',),
                     )
-                conn.execute("DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?",
-                             (thread_id, resource_id))
+                dropped = conn.execute("DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?",
+                                       (thread_id, resource_id)).rowcount
+                if dropped:
+                    conn.execute(
+                        "INSERT INTO vector_deletions (resource_id, deleted) VALUES (?, ?) ON CONFLICT (resource_id) "
+                        "DO UPDATE SET deleted = deleted + excluded.deleted",
+                        (resource_id, dropped),
+                    )
                 conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
                 conn.execute(
                     "DELETE FROM records WHERE key = ? AND resource_id = ?",
@@ -666,18 +678,29 @@ class SQLiteStore:
             raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")
         if not terms:
             return []
-        match = fts5_match(terms, resource_id, thread_id)
 
-        def run(conn: sqlite3.Connection) -> list[SearchHit]:
+        def ranked(conn: sqlite3.Connection, match: str) -> list[SearchHit]:
+            # rank only the newest RANK_CANDIDATES matches: the rowid of the last of them is found
+            # by walking the doclists alone (no ranking), then FTS5 ranks rows at or above it
+            floor = conn.execute(
+                "SELECT rowid FROM message_search WHERE message_search MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, RANK_CANDIDATES - 1),
+            ).fetchone()
             rows = conn.execute(
                 f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, s.rank AS rank FROM "
                 "(SELECT thread_id, message_id, rank FROM message_search WHERE message_search MATCH ? "
-                "ORDER BY rank LIMIT ?) AS s "
+                "AND rowid >= ? ORDER BY rank LIMIT ?) AS s "
                 "JOIN messages AS m ON m.thread_id = s.thread_id AND m.id = s.message_id "
                 "WHERE m.resource_id = ? ORDER BY s.rank",
-                (match, count, resource_id),
+                (match, floor[0] if floor is not None else 0, count, resource_id),
             )
             return [SearchHit(message=_message(row), score=-float(row["rank"])) for row in rows]
+
+        def run(conn: sqlite3.Connection) -> list[SearchHit]:
+            every = ranked(conn, fts5_match(terms, resource_id, thread_id, every=True)) if len(terms) > 1 else []
+            if len(every) >= count:
+                return every
+            return merge_ranked(every, ranked(conn, fts5_match(terms, resource_id, thread_id)), count)
 
         return await self._run(run)
 
@@ -708,19 +731,19 @@ class SQLiteStore:
 
     async def aget_vectors(
         self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
-    ) -> list[StoredVector]:
+    ) -> VectorBatch:
         resource_id = check_id(resource_id, "resource_id")
         space = check_space(space)
         low = u.check_count(after_pos, "after_pos")
         count = -1 if limit is None else u.check_count(limit, "limit")
 
-        def run(conn: sqlite3.Connection) -> list[StoredVector]:
+        def run(conn: sqlite3.Connection) -> VectorBatch:
             rows = conn.execute(
                 "SELECT pos, thread_id, message_id, vector FROM message_vectors "
                 "WHERE resource_id = ? AND space = ? AND pos > ? ORDER BY pos LIMIT ?",
                 (resource_id, space, low, count),
-            )
-            return [StoredVector(pos=r[0], thread_id=r[1], message_id=r[2], vector=bytes(r[3])) for r in rows]
+            ).fetchall()
+            return VectorBatch.of(rows)
 
         return await self._run(run)
 
@@ -730,12 +753,13 @@ class SQLiteStore:
 
         def run(conn: sqlite3.Connection) -> tuple[int, int]:
             row = conn.execute(
-                "SELECT COUNT(*), COALESCE(MAX(pos), 0) FROM message_vectors WHERE resource_id = ? AND space = ?",
-                (resource_id, space),
+                "SELECT (SELECT COALESCE(MAX(deleted), 0) FROM vector_deletions WHERE resource_id = ?), "
+                "(SELECT COALESCE(MAX(pos), 0) FROM message_vectors WHERE resource_id = ? AND space = ?)",
+                (resource_id, resource_id, space),
             ).fetchone()
             return int(row[0]), int(row[1])
 
-        return await self._run(run)
+        return await self._run_inline(run)
 
     # ---- records ------------------------------------------------------------------------
 
