@@ -1,5 +1,5 @@
 """langchain-om benchmark suite: ``python -m benchmarks`` (see benchmarks/README.md)."""
 
-SECTIONS = ("buffering", "step_cost", "agent_step", "prompt_tokens", "token_counting", "storage")
+SECTIONS = ("buffering", "step_cost", "agent_step", "prompt_tokens", "token_counting", "storage", "search")
 
 __all__ = ["SECTIONS"]

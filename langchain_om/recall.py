@@ -771,7 +771,16 @@ async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[st
     k = min(args.limit if args.limit != DEFAULT_LIMIT else default, MAX_SEARCH_RESULTS)
     found: dict[HitKey, StoredMessage] = {}
     keyword_hits, semantic_hits = await asyncio.gather(_keyword_ranking(ctx, query, k * 2, found),
-                                                       _semantic_ranking(ctx, query, k * 2))
+                                                       _semantic_ranking(ctx, query, k * 2),
+                                                       return_exceptions=True)
+    if isinstance(keyword_hits, BaseException):
+        raise keyword_hits
+    if isinstance(semantic_hits, BaseException):
+        if not keyword or not isinstance(semantic_hits, Exception):
+            raise semantic_hits
+        # the embedder (often a remote API) failed: the keyword ranking still answers
+        logger.warning("langchain-om recall: semantic search failed, keyword results only: %s", semantic_hits)
+        semantic_hits = []
     grouped: dict[str, list[tuple[float, StoredMessage]]] = {}
     total = 0
     for key, score in fuse_rankings([keyword_hits, semantic_hits]):

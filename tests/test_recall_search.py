@@ -187,3 +187,17 @@ def test_rank_fusion_rewards_agreement() -> None:
     assert [key for key, _ in fused] == [b, a, c]  # b is in both lists
     assert fuse_rankings([[(a, 2.0), (a, 1.0), (c, 0.5)], []]) == [(a, 2.0), (c, 0.5)]
     assert fuse_rankings([[], []]) == []
+
+
+class BrokenEmbedding(DeterministicFakeEmbedding):
+    """Embeds documents, then its API goes down for queries."""
+
+    def embed_query(self, text: str) -> list[float]:
+        raise ConnectionError("embedding API unreachable")
+
+
+async def test_failing_embedder_falls_back_to_keywords(store: OMStore) -> None:
+    om = await _seeded(store, vector=True, embeddings=BrokenEmbedding(size=16))
+    found = result_dict(await om.recall_tool(thread_id="a1", resource_id="alice").ainvoke(
+        {"mode": "search", "query": "dentist"}))
+    assert set(cursors(found)) == {"a1-0", "a1-1"}
