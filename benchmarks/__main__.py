@@ -14,7 +14,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import SECTIONS, agent_step, branches, buffering, prompt_tokens, scale, step_cost, storage, token_counting
+from . import (
+    SECTIONS,
+    agent_step,
+    branches,
+    buffering,
+    prompt_tokens,
+    scale,
+    search,
+    step_cost,
+    storage,
+    token_counting,
+)
 from .common import RESULTS_DIR, write_result
 
 
@@ -32,7 +43,7 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [name for name in ("buffering", "step_cost", "prompt_tokens", "token_counting", "storage")
+    panels = [name for name in ("buffering", "step_cost", "prompt_tokens", "token_counting", "storage", "search")
               if name in results]
     if not panels:
         return None
@@ -78,6 +89,12 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
             ax.bar([b + " p50" for b in backends], [data["backends"][b]["recall_page_ms"]["p50"] for b in backends])
             ax.bar([b + " p95" for b in backends], [data["backends"][b]["recall_page_ms"]["p95"] for b in backends])
             ax.set_ylabel(f"recall page at {data['params']['messages']:,} stored (ms)")
+        elif name == "search":
+            backends = [b for b, d in data["backends"].items() if "skipped" not in d]
+            for key, label in (("keyword_tool_ms", "kw"), ("hybrid_tool_ms", "sem+kw")):
+                ax.bar([f"{b} {label} p95" for b in backends], [data["backends"][b][key]["p95"] for b in backends])
+            ax.set_ylabel(f"recall search at {data['params']['messages']:,} stored (ms)")
+            ax.tick_params(axis="x", rotation=30, labelsize=7)
         ax.set_title(name)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +117,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
-               "token_counting": token_counting, "storage": storage, "scale": scale, "branches": branches}
+               "token_counting": token_counting, "storage": storage, "search": search, "scale": scale,
+               "branches": branches}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

@@ -340,8 +340,9 @@ class ReflectionConfig(_Strict):
 class RetrievalConfig(_Strict):
     """The ``recall`` tool: browsing (and optionally searching) the raw messages behind observations.
 
-    ``vector=True`` needs a LangChain ``VectorStore`` (``vector_store``) or just ``embeddings``,
-    from which an ``InMemoryVectorStore`` is built.
+    Keyword search (``mode="search"``) needs nothing: it runs on the store's full-text index.
+    ``vector=True`` adds semantic search and needs ``embeddings`` (the vectors are then kept in
+    OM's store, so they survive restarts) or a LangChain ``VectorStore`` (``vector_store``).
     """
 
     vector: bool = False
@@ -356,8 +357,8 @@ class RetrievalConfig(_Strict):
         if self.vector and self.vector_store is None and self.embeddings is None:
             raise OMConfigError(
                 "retrieval.vector_store",
-                "vector search needs a LangChain VectorStore (vector_store=...) or embeddings=... "
-                "(an InMemoryVectorStore is then built from them)",
+                "vector search needs embeddings=... (vectors are then kept in OM's store) or a "
+                "LangChain VectorStore (vector_store=...)",
             )
         return self
 

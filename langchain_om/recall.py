@@ -2,8 +2,9 @@
 
 Observation groups in the agent's context carry ``range="start_id:end_id"``; the agent passes
 one of those ids as ``cursor`` to read the messages, lists the user's other conversations
-(``mode="threads"``), and with ``retrieval.vector`` searches them semantically
-(``mode="search"``).
+(``mode="threads"``), and searches them (``mode="search"``): by keyword through the store's own
+full-text index (no embedder needed), and also by meaning with ``retrieval.vector``, the two
+rankings combined by reciprocal rank fusion.
 
 Result shape (documented choice): a JSON-serialisable dict with **snake_case** keys, the
 reference page's return fields one to one (``has_next_page``, ``token_offset``, ...), because
@@ -26,8 +27,9 @@ page's range, with ``next_call`` (the exact arguments for the next part, which m
 the page: ``{"cursor": id, "part_index": n}``) and a ``hint``; ``part_index`` calls carry the
 same continuation.
 
-Vector search: ``retrieval={"vector": True, "vector_store": vs}``; with ``embeddings`` but no
-``vector_store``, ``install_retrieval`` builds an ``InMemoryVectorStore(embedding=embeddings)``.
+Semantic search: ``retrieval={"vector": True, "embeddings": emb}`` keeps the vectors in OM's own
+store (``vector_index.StoreVectorIndex``: they survive restarts); ``"vector_store": vs`` uses a
+LangChain ``VectorStore`` of the user's instead.
 
 Binding: ``om.recall_tool(thread_id=..., resource_id=...)`` binds a conversation; without
 ids the tool reads ``thread_id`` / ``resource_id`` (or ``user_id``) from the run's
@@ -37,11 +39,13 @@ ids the tool reads ``thread_id`` / ``resource_id`` (or ``user_id``) from the run
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 import re
 import unicodedata
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -58,6 +62,7 @@ from .store.base import InvalidStoreInput, OMRecord, OMStore, StoredMessage
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
+    from .vector_index import StoreVectorIndex
 
 logger = logging.getLogger("langchain_om")
 
@@ -83,7 +88,8 @@ class RecallInput(BaseModel):
     mode: Literal["messages", "threads", "search"] = Field(
         "messages",
         description='"messages" (default) pages through message history; "threads" lists the user\'s '
-        'conversations; "search" finds semantically similar messages across threads (only if enabled).',
+        'conversations; "search" finds messages by the words of query (and by meaning when embeddings '
+        "are configured).",
     )
     query: str | None = Field(None, description='Search text for mode="search".')
     cursor: str | None = Field(
@@ -714,38 +720,115 @@ def _vector_filter(store: Any, resource_id: str) -> Any:
     return {"resource_id": resource_id}
 
 
-async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str, Any]:
+RRF_K = 60
+"""Reciprocal rank fusion constant: a message ranked r-th in a list adds 1 / (RRF_K + r)."""
+
+
+def keyword_search_available(om: ObservationalMemory) -> bool:
+    """Whether the store has its own keyword index (every bundled store does; SQLite needs FTS5)."""
+    return bool(getattr(om.store, "keyword_search_available", False))
+
+
+def semantic_search_available(om: ObservationalMemory) -> bool:
+    retrieval = om.config.retrieval
+    return retrieval is not None and retrieval.vector and (
+        retrieval.vector_store is not None or _INDEXES.get(om) is not None
+    )
+
+
+HitKey = tuple[str, str]
+"""``(thread_id, message_id)`` of a search hit."""
+
+
+async def _keyword_ranking(
+    ctx: _Ctx, query: str, k: int, found: dict[HitKey, StoredMessage]
+) -> list[tuple[HitKey, float]]:
+    """Messages by the store's full-text rank (best first) with their scores; the rows go to ``found``."""
+    if not keyword_search_available(ctx.om):
+        return []
+    thread = ctx.thread_id if ctx.thread_only else None
+    hits = await ctx.om.store.asearch_messages(ctx.resource_id, query, thread_id=thread, limit=k)
+    for hit in hits:
+        found[(hit.message.thread_id, hit.message.id)] = hit.message
+    return [((hit.message.thread_id, hit.message.id), hit.score) for hit in hits]
+
+
+async def _semantic_ranking(ctx: _Ctx, query: str, k: int) -> list[tuple[HitKey, float]]:
+    """Message ids by embedding similarity (best first): OM's stored index, or the user's vector store."""
     retrieval = ctx.om.config.retrieval
-    if retrieval is None or not retrieval.vector or retrieval.vector_store is None:
-        raise ToolException(
-            'mode: "search" is not enabled (no vector store); use mode="threads" and mode="messages" instead'
-        )
-    if args.query is None:
-        raise ToolException('query: required for mode="search"')
-    query = _check_text(args.query, "query", MAX_QUERY_CHARS)
-    k = min(args.limit, MAX_SEARCH_RESULTS, retrieval.search_limit if args.limit == DEFAULT_LIMIT else MAX_LIMIT)
+    if retrieval is None or not retrieval.vector:
+        return []
+    index = _INDEXES.get(ctx.om)
+    if index is not None:
+        thread = ctx.thread_id if ctx.thread_only else None
+        hits = await index.asearch(ctx.resource_id, query, k=k, thread_id=thread)
+        return [((hit.thread_id, hit.message_id), hit.score) for hit in hits]
     vs = retrieval.vector_store
+    if vs is None:
+        return []
     try:
         hits = await vs.asimilarity_search_with_score(query, k=k * 3, filter=_vector_filter(vs, ctx.resource_id))
     except (TypeError, NotImplementedError, ValueError):
         hits = await vs.asimilarity_search_with_score(query, k=k * 10)
-    grouped: dict[str, list[tuple[float, StoredMessage]]] = {}
-    seen: set[str] = set()
-    total = 0
+    ranking: list[tuple[HitKey, float]] = []
     for doc, score in hits:
         meta = doc.metadata or {}
-        if meta.get("resource_id") != ctx.resource_id:
-            continue
-        message_id = meta.get("message_id")
-        if not isinstance(message_id, str) or message_id in seen:
-            continue
-        stored = await ctx.store.aget_message(ctx.resource_id, message_id)
-        if stored is None or stored.thread_id != meta.get("thread_id"):
+        message_id, thread_id = meta.get("message_id"), meta.get("thread_id")
+        if meta.get("resource_id") == ctx.resource_id and isinstance(message_id, str) and isinstance(thread_id, str):
+            ranking.append(((thread_id, message_id), float(score)))  # re-checked against the store before shown
+    return ranking
+
+
+def fuse_rankings(rankings: Sequence[Sequence[tuple[HitKey, float]]]) -> list[tuple[HitKey, float]]:
+    """One ranking from several: a list's own scores when it is the only one that found
+    anything, else reciprocal rank fusion (scores of different methods are not comparable)."""
+    found = [ranking for ranking in rankings if ranking]
+    if len(found) == 1:
+        return list({key: score for key, score in reversed(found[0])}.items())[::-1]  # first of duplicates
+    fused: dict[HitKey, float] = {}
+    for ranking in found:
+        seen: set[HitKey] = set()
+        for rank, (key, _) in enumerate(ranking, start=1):
+            if key not in seen:
+                seen.add(key)
+                fused[key] = fused.get(key, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(fused.items(), key=lambda item: item[1], reverse=True)
+
+
+async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str, Any]:
+    keyword, semantic = keyword_search_available(ctx.om), semantic_search_available(ctx.om)
+    if not keyword and not semantic:
+        raise ToolException(
+            'mode: "search" is not available here (no keyword index in this store and no embeddings); '
+            'use mode="threads" and mode="messages" instead'
+        )
+    if args.query is None:
+        raise ToolException('query: required for mode="search"')
+    query = _check_text(args.query, "query", MAX_QUERY_CHARS)
+    retrieval = ctx.om.config.retrieval
+    default = retrieval.search_limit if retrieval is not None else DEFAULT_LIMIT
+    k = min(args.limit if args.limit != DEFAULT_LIMIT else default, MAX_SEARCH_RESULTS)
+    found: dict[HitKey, StoredMessage] = {}
+    keyword_hits, semantic_hits = await asyncio.gather(_keyword_ranking(ctx, query, k * 2, found),
+                                                       _semantic_ranking(ctx, query, k * 2),
+                                                       return_exceptions=True)
+    if isinstance(keyword_hits, BaseException):
+        raise keyword_hits
+    if isinstance(semantic_hits, BaseException):
+        if not keyword or not isinstance(semantic_hits, Exception):
+            raise semantic_hits
+        # the embedder (often a remote API) failed: the keyword ranking still answers
+        logger.warning("langchain-om recall: semantic search failed, keyword results only: %s", semantic_hits)
+        semantic_hits = []
+    grouped: dict[str, list[tuple[float, StoredMessage]]] = {}
+    total = 0
+    for key, score in fuse_rankings([keyword_hits, semantic_hits]):
+        stored = found.get(key) or await ctx.store.aget_message(ctx.resource_id, key[1])
+        if stored is None or stored.thread_id != key[0] or stored.kind != "message":
             continue  # deleted, or not this resource's: never shown
         if ctx.thread_only and stored.thread_id != ctx.thread_id:
             continue
-        seen.add(message_id)
-        grouped.setdefault(stored.thread_id, []).append((float(score), stored))
+        grouped.setdefault(stored.thread_id, []).append((score, stored))
         total += 1
         if total >= k:
             break
@@ -906,6 +989,25 @@ def make_recall_tool(
 # ----------------------------------------------------------------------------- instructions
 
 
+def _search_instruction(om: ObservationalMemory) -> str:
+    """The sentence on mode="search", matching what this engine can actually search with."""
+    keyword, semantic = keyword_search_available(om), semantic_search_available(om)
+    where = ("this conversation" if om.config.retrieval is not None and om.config.retrieval.scope == "thread"
+             else "all of the user's conversations")
+    if keyword and semantic:
+        how = "finds messages that contain its words or mean something similar"
+    elif keyword:
+        how = "finds messages containing its words (exact words and their variants, not synonyms)"
+    elif semantic:
+        how = "finds messages with a similar meaning"
+    else:
+        return ""
+    fallback = ('fall back to mode="threads" and browse with mode="messages"' if where.startswith("all")
+                else 'browse with mode="messages"')
+    return (f'mode="search" with query="..." {how} in {where} and returns a cursor per hit; open a hit '
+            f"with cursor=<id>. If the results look unrelated, try other words or {fallback}.")
+
+
 def retrieval_instructions(om: ObservationalMemory) -> str:
     """Scope-aware usage guidance for the agent (search is only mentioned when it exists)."""
     retrieval = om.config.retrieval
@@ -927,10 +1029,9 @@ def retrieval_instructions(om: ObservationalMemory) -> str:
         lines.append('mode="threads" lists the user\'s other conversations (title, id, dates; filter with '
                      'before/after ISO dates); read one with thread_id=<id> (thread_id="current" is this '
                      "one). Use this to answer questions about earlier conversations.")
-        if retrieval.vector:
-            lines.append('mode="search" with query="..." finds semantically similar messages across all '
-                         "conversations and returns a cursor per hit; open a hit with cursor=<id>. If the "
-                         'results look unrelated, fall back to mode="threads" and browse with mode="messages".')
+    search = _search_instruction(om)
+    if search:
+        lines.append(search)
     lines.append("Recall only when your observations are not enough; do not mention the tool to the user.")
     if retrieval.instructions:
         lines.append(retrieval.instructions.strip())
@@ -966,9 +1067,21 @@ def vector_document_id(resource_id: str, thread_id: str, message_id: str) -> str
 async def index_messages(
     om: ObservationalMemory, resource_id: str, thread_id: str, rows: Sequence[StoredMessage]
 ) -> None:
-    """Add newly stored messages to the vector store (failures are logged, never raised)."""
+    """Embed newly stored messages into OM's stored index or the user's vector store (failures
+    are logged, never raised: the messages are stored and keyword search finds them anyway)."""
     retrieval = om.config.retrieval
-    if retrieval is None or not retrieval.vector or retrieval.vector_store is None:
+    if retrieval is None or not retrieval.vector:
+        return
+    index = _INDEXES.get(om)
+    if index is not None:
+        texts = [(row.id, text) for row in rows
+                 if row.kind == "message" and (text := _index_text(om, resource_id, row))]
+        try:
+            await index.aadd(resource_id, thread_id, texts)
+        except Exception as exc:
+            logger.warning("langchain-om: embedding %d message(s) for recall search failed: %s", len(texts), exc)
+        return
+    if retrieval.vector_store is None:
         return
     from langchain_core.documents import Document
 
@@ -993,32 +1106,32 @@ async def index_messages(
         logger.warning("langchain-om: indexing %d message(s) for recall search failed: %s", len(docs), exc)
 
 
+_INDEXES: weakref.WeakKeyDictionary[ObservationalMemory, StoreVectorIndex] = weakref.WeakKeyDictionary()
+"""The stored-embeddings index of each engine built with ``embeddings`` and no ``vector_store``."""
+
+
 def install_retrieval(om: ObservationalMemory) -> None:
     """Wire retrieval into an engine: the instructions section and vector indexing on store.
 
-    With ``vector=True`` and ``embeddings`` but no ``vector_store``, a
-    ``langchain_core.vectorstores.InMemoryVectorStore(embedding=embeddings)`` is built for this
-    engine (on a copy of the retrieval config; the caller's object is left as it was). It lives
-    in the process only: messages stored before a restart are not searchable afterwards, so
-    pass a persistent ``VectorStore`` for that.
+    With ``vector=True`` and ``embeddings`` but no ``vector_store``, the vectors are kept in
+    OM's own store (``StoreVectorIndex``): they survive restarts and are shared by every worker
+    on the database. A ``vector_store`` of the user's is used as given instead.
     """
     retrieval = om.config.retrieval
     if retrieval is None:
         return
     if retrieval.vector and retrieval.vector_store is None and retrieval.embeddings is not None:
         from langchain_core.embeddings import Embeddings
-        from langchain_core.vectorstores import InMemoryVectorStore
 
         from .config import OMConfigError
+        from .vector_index import StoreVectorIndex
 
         if not isinstance(retrieval.embeddings, Embeddings):
             raise OMConfigError(
                 "retrieval.embeddings",
                 f"expected a LangChain Embeddings instance, got {type(retrieval.embeddings).__name__}",
             )
-        om.config.retrieval = retrieval.model_copy(
-            update={"vector_store": InMemoryVectorStore(embedding=retrieval.embeddings)}
-        )
+        _INDEXES[om] = StoreVectorIndex(om.store, retrieval.embeddings)
     if retrieval_section not in om.section_providers:
         om.section_providers.append(retrieval_section)
     listeners = getattr(om, "message_listeners", None)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from benchmarks import __main__ as suite
-from benchmarks import agent_step, branches, buffering, prompt_tokens, step_cost, storage, token_counting
+from benchmarks import agent_step, branches, buffering, prompt_tokens, search, step_cost, storage, token_counting
 from benchmarks.common import conversation, percentile, summary, turn_messages
 from benchmarks.history import PromptMeter, bench_counter
 
@@ -152,6 +152,20 @@ def test_branches_quick_times_steps_and_forks() -> None:
         assert per[size]["fork_step_ms"]["n"] == 1
         assert per[size]["rows_copied_per_fork"] > 0 and per[size]["snapshot_bytes"] > 0
     assert "memory: checkpoint step / plain step at 120 (mean)" in payload["ratios"]
+
+
+def test_search_quick_sqlite_only() -> None:
+    payload = search.run(_ns(search, messages=600, threads=2, batch=100, queries=5, dim=16, baseline_queries=2,
+                             no_pg=True))
+    sqlite = payload["backends"]["sqlite"]
+    assert sqlite["messages_stored"] == 600 and sqlite["vectors_loaded"] > 0  # read back after the restart
+    assert sqlite["keyword_queries_with_hits"] > 0
+    for key in ("keyword_store_ms", "keyword_tool_ms", "semantic_index_ms", "hybrid_tool_ms"):
+        assert sqlite[key]["n"] == 5
+    assert payload["baseline_in_memory"]["semantic_ms"]["n"] == 2
+    assert payload["backends"]["postgres"] == {"skipped": "--no-pg"}
+    assert set(payload["target"]) == {"sqlite keyword p95 < 50 ms", "sqlite semantic p95 < 100 ms"}
+    assert "Search:" in search.report(payload)
 
 
 def test_suite_writes_json_and_png(tmp_path: Path) -> None:

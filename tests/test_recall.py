@@ -18,9 +18,10 @@ from recall_helpers import T0, chat, make_om, result_dict, seed, tool_exchange
 from langchain_om.config import OMConfigError, RetrievalConfig
 from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import RecallInput, RecallTool, install_retrieval, retrieval_instructions
+from langchain_om.recall import RRF_K, RecallInput, RecallTool, install_retrieval, retrieval_instructions
 from langchain_om.store import InMemoryStore
 from langchain_om.testing import ScriptedObserverModel
+from langchain_om.vector_index import embedding_space
 
 
 class TestRecallToolStandard(ToolsUnitTests):
@@ -305,16 +306,20 @@ async def test_instructions_by_scope_and_vector() -> None:
     ctx = await resource.aprocess("r1", chat("r1", 1), resource_id="u9", now=T0)
     assert ctx.record.groups == []
     text = str(ctx.system_message.content if ctx.system_message else "")
-    assert 'mode="threads"' in text and "search" not in text
+    assert 'mode="threads"' in text
+    # no embedder: search is described as the keyword search it is, never as semantic
+    assert 'mode="search"' in text and "containing its words" in text and "similar" not in text
     assert text.rstrip().endswith("Prefer the billing thread.\n</recall-instructions>".strip())
     vector = make_om(InMemoryStore(), scope="resource", retrieval={
         "vector": True, "vector_store": InMemoryVectorStore(DeterministicFakeEmbedding(size=64))})
-    assert 'mode="search"' in retrieval_instructions(vector) and 'mode="threads"' in retrieval_instructions(vector)
+    both = retrieval_instructions(vector)
+    assert 'mode="search"' in both and 'mode="threads"' in both and "mean something similar" in both
     thread_scoped = make_om(InMemoryStore(), retrieval={"scope": "thread"})
     early = await thread_scoped.aprocess("x", chat("x", 1), now=T0)
     assert early.system_message is None
     instructions = retrieval_instructions(thread_scoped)
-    assert 'mode="threads"' not in instructions and "search" not in instructions and "cursor" in instructions
+    assert 'mode="threads"' not in instructions and "cursor" in instructions
+    assert 'mode="search"' in instructions and "in this conversation" in instructions
 
 
 async def test_no_retrieval_means_no_tool_and_no_instructions() -> None:
@@ -338,7 +343,7 @@ async def test_vector_search_grouped_scoped_and_rechecked() -> None:
     first_thread = text.splitlines()[0]
     assert "(id: b)" in first_thread
     assert "cursor: b-h1" in text.split("\n\n")[0].splitlines()[2]
-    assert "[score 1.000]" in text
+    assert f"[score {2 / (RRF_K + 1):.3f}]" in text  # first by meaning and by words: fused
     assert "z question" not in text and "(id: z)" not in text
     # a document claiming resource u1 but pointing at u2's message is never shown
     from langchain_core.documents import Document
@@ -354,30 +359,18 @@ async def test_vector_search_grouped_scoped_and_rechecked() -> None:
     assert isinstance(empty, str) and "query" in empty
 
 
-async def test_vector_with_only_embeddings_builds_an_in_memory_store() -> None:
-    # config.py still rejects vector=True without vector_store (see the xfail below), so the
-    # engine is given the embeddings-only config the way it would be once that check allows it
+async def test_vector_with_only_embeddings_keeps_vectors_in_the_store() -> None:
     embeddings = DeterministicFakeEmbedding(size=64)
-    config = RetrievalConfig.model_construct(vector=True, embeddings=embeddings)
-
-    def engine() -> ObservationalMemory:
-        om = make_om(InMemoryStore(), scope="resource")
-        om.config.retrieval = config
-        install_retrieval(om)
-        return om
-
-    memory = engine()
-    assert memory.config.retrieval is not None
-    built = memory.config.retrieval.vector_store
-    assert isinstance(built, InMemoryVectorStore) and built.embedding is embeddings
-    assert config.vector_store is None  # the caller's config object is not mutated
-    other = engine()
-    assert other.config.retrieval is not None and other.config.retrieval.vector_store is not built
+    store = InMemoryStore()
+    memory = make_om(store, scope="resource", retrieval=RetrievalConfig(vector=True, embeddings=embeddings))
+    assert memory.config.retrieval is not None and memory.config.retrieval.vector_store is None
     await seed(memory, "u1", {"a": chat("a", 2), "b": chat("b", 2)})
+    assert len(await store.aget_vectors("u1", embedding_space(embeddings))) == 8  # every message, in the store
     target = "b question 1: " + " ".join(f"bw1_{k}" for k in range(12))
     found = result_dict(await memory.recall_tool(thread_id="a", resource_id="u1").ainvoke(
         {"mode": "search", "query": target, "limit": 2}))
-    assert found["count"] == 2 and "cursor: b-h1" in found["results"] and "[score 1.000]" in found["results"]
+    assert found["count"] == 2
+    assert re.findall(r"cursor: (\S+)", found["results"])[0] == "b-h1"  # exact text: first by both rankings
     assert 'mode="search"' in retrieval_instructions(memory)
     bad = make_om(InMemoryStore())
     bad.config.retrieval = RetrievalConfig.model_construct(vector=True, embeddings="ada-002")
@@ -387,11 +380,11 @@ async def test_vector_with_only_embeddings_builds_an_in_memory_store() -> None:
 
 async def test_vector_dict_with_only_embeddings() -> None:
     memory = make_om(InMemoryStore(), retrieval={"vector": True, "embeddings": DeterministicFakeEmbedding(size=32)})
-    assert memory.config.retrieval is not None
-    assert isinstance(memory.config.retrieval.vector_store, InMemoryVectorStore)
+    assert memory.config.retrieval is not None and memory.config.retrieval.vector_store is None
+    assert "mean something similar" in retrieval_instructions(memory)
 
 
-async def test_search_disabled_without_vector(om: ObservationalMemory) -> None:
+async def test_search_works_without_embeddings(om: ObservationalMemory) -> None:
     tool = om.recall_tool(thread_id="t1", resource_id="u1")
-    out = await tool.ainvoke({"mode": "search", "query": "weather"})
-    assert isinstance(out, str) and "not enabled" in out
+    out = result_dict(await tool.ainvoke({"mode": "search", "query": "weather Lisbon"}))
+    assert "cursor: t2x-q" in out["results"] and out["count"] >= 1

@@ -72,7 +72,9 @@ HOSTILE: list[tuple[dict[str, Any], str]] = [
     ({"limit": "lots"}, "limit"),
     ({"page": 1.5}, "page"),
     ({"mode": "sql"}, "mode"),
-    ({"mode": "search", "query": "PIN"}, "not enabled"),
+    ({"mode": "search", "query": "PIN\x00"}, "query"),
+    ({"mode": "search", "query": "PIN " * 2_500_000}, "query"),
+    ({"mode": "search"}, "query"),
     ({"detail": "max"}, "detail"),
     ({"part_type": "secret"}, "part_type"),
     ({"part_index": -1, "cursor": "att-h0"}, "part_index"),
@@ -177,3 +179,17 @@ async def test_fuzzed_arguments_never_leak_or_crash(store: OMStore) -> None:
             _check(out)
         except AssertionError as exc:
             raise AssertionError(f"recall({args!r}) -> {exc}") from None
+
+
+SEARCHES = ["PIN", SECRET, "bank PIN", '"PIN" OR "bank"', "NEAR(bank PIN)", "PIN*", "*", "bank) OR (PIN",
+            "scope: PIN", "'PIN' | 'bank'", "Noted"]
+
+
+@pytest.mark.parametrize("query", SEARCHES)
+async def test_search_never_finds_another_users_messages(store: OMStore, query: str) -> None:
+    om, tool = await _setup(store)
+    out = await tool.ainvoke({"mode": "search", "query": query})
+    _check(out, expect_error=False)
+    victim_tool = om.recall_tool(thread_id="victim-thread", resource_id="victim")
+    own = await victim_tool.ainvoke({"mode": "search", "query": "bank PIN noted"})
+    assert isinstance(own, dict) and SECRET in own["results"]  # the words are indexed: the victim finds them

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from om_checks import assert_consistent
 
-from langchain_om.store.base import OMStore, implicit_resource
+from langchain_om.store.base import SCHEMA_VERSION, OMStore, implicit_resource
 
 WORKER = str(Path(__file__).parent / "workers" / "om_worker.py")
 TURNS = 200  # 100+ observation/activation cycles at message_tokens=300
@@ -232,8 +232,9 @@ def _migration_state(path: Path) -> int:
                                      (IMPLICIT_RESOURCE_PREFIX + "%",)).fetchone()[0]
                  for table in ("threads", "messages", "kv", "records")}
     expected = ({"threads": MIGRATION_THREADS + 1, "messages": 3 * MIGRATION_THREADS + 15, "kv": MIGRATION_THREADS + 1,
-                 "records": 1} if version == 2 else dict.fromkeys(moved, 0))
-    assert version in (1, 2) and moved == expected, f"half-migrated database: version {version}, moved {moved}"
+                 "records": 1} if version == SCHEMA_VERSION else dict.fromkeys(moved, 0))
+    assert version in (1, SCHEMA_VERSION) and moved == expected, \
+        f"half-migrated database: version {version}, moved {moved}"
     return int(version)
 
 
@@ -261,13 +262,13 @@ def test_sigkill_during_migration_leaves_old_or_new_schema_and_reopening_finishe
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         versions.append(_migration_state(path))
-        if versions[-1] == 2:
+        if versions[-1] == SCHEMA_VERSION:
             break
     assert versions[0] == 1, "the first kill landed inside the migration (or before it)"
     done = subprocess.run([sys.executable, "-c", OPEN_SCRIPT, str(path)], capture_output=True, text=True, env=env,
                           timeout=120)
     assert done.returncode == 0 and "migrated" in done.stdout, done.stderr
-    assert _migration_state(path) == 2
+    assert _migration_state(path) == SCHEMA_VERSION
 
 
 PG_OPEN_SCRIPT = (
@@ -332,8 +333,9 @@ def _pg_migration_state(dsn: str, schema: str) -> int:
             moved[table] = row[0] if row else -1
     assert version is not None
     expected = ({"threads": MIGRATION_THREADS, "messages": 3 * MIGRATION_THREADS, "kv": MIGRATION_THREADS,
-                 "records": 1} if version[0] == 2 else dict.fromkeys(moved, 0))
-    assert version[0] in (1, 2) and moved == expected, f"half-migrated schema: version {version[0]}, moved {moved}"
+                 "records": 1} if version[0] == SCHEMA_VERSION else dict.fromkeys(moved, 0))
+    assert version[0] in (1, SCHEMA_VERSION) and moved == expected, \
+        f"half-migrated schema: version {version[0]}, moved {moved}"
     return int(version[0])
 
 
@@ -362,10 +364,10 @@ def test_sigkill_during_postgres_migration_leaves_old_or_new_schema(pg_dsn: str,
         proc.wait(timeout=30)
         time.sleep(0.2)  # the server notices the closed connection and rolls its transaction back
         versions.append(_pg_migration_state(pg_dsn, pg_schema))
-        if versions[-1] == 2:
+        if versions[-1] == SCHEMA_VERSION:
             break
     assert versions[0] == 1, "the first kill landed inside the migration (or before it)"
     done = subprocess.run([sys.executable, "-c", PG_OPEN_SCRIPT, pg_dsn, pg_schema], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode == 0 and "migrated" in done.stdout, done.stderr
-    assert _pg_migration_state(pg_dsn, pg_schema) == 2
+    assert _pg_migration_state(pg_dsn, pg_schema) == SCHEMA_VERSION

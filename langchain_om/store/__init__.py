@@ -33,6 +33,7 @@ from .base import (
 )
 from .memory import InMemoryStore
 from .postgres import PostgresStore
+from .search import SearchHit, VectorBatch, VectorItem, decode_vector, encode_vector
 from .sqlite import SQLiteStore
 
 DB_ENV = "LANGCHAIN_OM_DB"
@@ -62,14 +63,19 @@ __all__ = [
     "RecordConflictError",
     "RecordStamp",
     "SQLiteStore",
+    "SearchHit",
     "StoreError",
     "StoredMessage",
     "SupportsLoopBinding",
     "SupportsRecordStamp",
     "ThreadInfo",
     "ValueUpdate",
+    "VectorBatch",
+    "VectorItem",
     "check_id",
+    "decode_vector",
     "default_store",
+    "encode_vector",
     "implicit_resource",
     "record_key",
 ]

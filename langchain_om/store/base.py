@@ -16,14 +16,18 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 3
+if TYPE_CHECKING:
+    from .search import SearchHit, VectorBatch, VectorItem
+
+SCHEMA_VERSION = 4
 """1: the tables. 2: threads used without a resource move to their private resource
 (``IMPLICIT_RESOURCE_PREFIX``); see ``_util.V1_IMPLICIT_THREADS_SQL`` for how they are told apart.
-3: a partial index of the unobserved messages (commits touch only the rows they mark)."""
+3: a partial index of the unobserved messages (commits touch only the rows they mark).
+4: recall search: the keyword index (backfilled) and the stored embeddings."""
 
 
 def utcnow() -> datetime:
@@ -431,3 +435,29 @@ class OMStore(Protocol):
         """Store ``update(current)`` (``current`` is None when missing) as one atomic read-modify-write,
         so two concurrent updates (two fields merged into one document) both survive; returns
         the stored value. If ``update`` raises, or returns what JSON cannot hold, nothing is written."""
+
+    # recall search: a keyword index written with the messages, and stored embeddings
+    @property
+    def keyword_search_available(self) -> bool:
+        """Whether ``asearch_messages`` works here (a SQLite build without FTS5 has no index)."""
+
+    async def asearch_messages(
+        self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """Messages of the resource (of one thread when ``thread_id`` is given) containing any word
+        of ``query``, most relevant first. The query is plain text: no character of it is syntax."""
+
+    async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
+        """Store embeddings of the resource's messages under ``space`` (the embedder's name);
+        a message that has one in this space keeps it, a message of another resource is skipped.
+        Returns how many were stored."""
+
+    async def aget_vectors(
+        self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
+    ) -> VectorBatch:
+        """The resource's embeddings in ``space`` with ``pos > after_pos``, in ``pos`` order."""
+
+    async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
+        """``(vectors ever deleted from the resource, highest pos in space)``, both read from an
+        index (no count): a cache of the vectors is current while both are unchanged; a higher
+        pos alone means rows were added after it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -30,6 +31,36 @@ from .base import (
     record_key,
     utcnow,
 )
+from .search import (
+    SearchHit,
+    VectorBatch,
+    VectorItem,
+    check_query,
+    check_search_limit,
+    check_space,
+    check_vector_items,
+    query_terms,
+    search_text,
+)
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_SUFFIXES = ("ings", "ing", "ies", "es", "ed", "s")
+
+
+def _stem(word: str) -> str:
+    """A crude English stemmer, so "flights" finds "flight" as the SQL stores' stemmers do."""
+    for suffix in _SUFFIXES:
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def _word_counts(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for match in _WORD.finditer(text.lower()):
+        word = _stem(match.group(0))
+        counts[word] = counts.get(word, 0) + 1
+    return counts
 
 
 class InMemoryStore:
@@ -51,6 +82,11 @@ class InMemoryStore:
         self._stamps: dict[str, RecordStamp] = {}  # (version, updated_at) of each record, beside its body
         self._kv: dict[tuple[str, str, str], str] = {}
         self._counter = itertools.count(1)
+        self._words: dict[tuple[str, str], dict[str, int]] = {}  # (thread, message id) -> word counts
+        self._vectors: dict[tuple[str, str], list[tuple[int, str, str, bytes]]] = {}  # (resource, space) -> rows
+        self._vector_deletions: dict[str, int] = {}
+        self._vector_keys: set[tuple[str, str, str]] = set()  # (thread, message id, space)
+        self._vector_pos = itertools.count(1)
 
     async def asetup(self) -> None:
         """Nothing to create; present for the protocol."""
@@ -181,9 +217,17 @@ class InMemoryStore:
                 return
             del self._threads[thread_id]
             self._thread_order.pop(thread_id, None)
-            self._messages.pop(thread_id, None)
+            for row in self._messages.pop(thread_id, []):
+                self._words.pop((thread_id, row.id), None)
             self._message_ids.pop(thread_id, None)
             self._observed_prefix.pop(thread_id, None)
+            for key, rows in self._vectors.items():
+                if key[0] == resource_id:
+                    kept = [v for v in rows if v[1] != thread_id]
+                    dropped = len(rows) - len(kept)
+                    self._vector_deletions[resource_id] = self._vector_deletions.get(resource_id, 0) + dropped
+                    rows[:] = kept
+            self._vector_keys = {k for k in self._vector_keys if k[0] != thread_id}
             self._records.pop(record_key(resource_id, thread_id), None)
             self._stamps.pop(record_key(resource_id, thread_id), None)
 
@@ -223,6 +267,7 @@ class InMemoryStore:
                     kind=message.kind,
                 )
                 rows.append(stored)
+                self._words[(thread_id, message.id)] = _word_counts(search_text(message.data, message.kind))
                 inserted.append(stored.model_copy(deep=True))
             if inserted:
                 self._threads[thread_id] = thread.model_copy(update={"updated_at": utcnow()})
@@ -303,6 +348,73 @@ class InMemoryStore:
         with self._lock:
             rows = self._thread_messages(resource_id, thread_id)
             return rows[-1].seq if rows else 0
+
+    # ---- search -------------------------------------------------------------------------
+
+    @property
+    def keyword_search_available(self) -> bool:
+        """Always: a word-count scan of the resource's messages stands in for a full-text index."""
+        return True
+
+    async def asearch_messages(
+        self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """Messages holding any query word, scored by how many distinct query words they hold,
+        then how often; ties newest first. A linear scan: fine for tests and notebooks."""
+        resource_id = check_resource_id(resource_id)
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        terms = [_stem(term) for term in query_terms(check_query(query))]
+        count = check_search_limit(limit)
+        if not terms:
+            return []
+        scored: list[tuple[float, StoredMessage]] = []
+        with self._lock:
+            for tid, rows in self._messages.items():
+                if (thread_id is not None and tid != thread_id) or self._owned(resource_id, tid) is None:
+                    continue
+                for row in rows:
+                    words = self._words.get((tid, row.id), {})
+                    found = [words[t] for t in terms if t in words]
+                    if found:
+                        scored.append((len(found) + sum(found) / (1 + sum(words.values())), row))
+            scored.sort(key=lambda item: (item[0], item[1].created_at, item[1].seq), reverse=True)
+            return [SearchHit(message=row.model_copy(deep=True), score=score) for score, row in scored[:count]]
+
+    async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        checked = check_vector_items(items)
+        stored = 0
+        with self._lock:
+            rows = self._vectors.setdefault((resource_id, space), [])
+            for item in checked:
+                key = (item.thread_id, item.message_id, space)
+                if key in self._vector_keys or self._owned(resource_id, item.thread_id) is None:
+                    continue
+                if item.message_id not in self._message_ids.get(item.thread_id, set()):
+                    continue
+                self._vector_keys.add(key)
+                rows.append((next(self._vector_pos), item.thread_id, item.message_id, item.vector))
+                stored += 1
+        return stored
+
+    async def aget_vectors(
+        self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
+    ) -> VectorBatch:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        low = u.check_count(after_pos, "after_pos")
+        with self._lock:
+            found = [v for v in self._vectors.get((resource_id, space), []) if v[0] > low]
+        return VectorBatch.of(found if limit is None else found[: u.check_count(limit, "limit")])
+
+    async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        with self._lock:
+            rows = self._vectors.get((resource_id, space), [])
+            return self._vector_deletions.get(resource_id, 0), (rows[-1][0] if rows else 0)
 
     # ---- records ------------------------------------------------------------------------
 

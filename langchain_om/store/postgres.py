@@ -47,6 +47,20 @@ from .base import (
     record_key,
     utcnow,
 )
+from .search import (
+    RANK_CANDIDATES,
+    SearchHit,
+    VectorBatch,
+    VectorItem,
+    check_query,
+    check_search_limit,
+    check_space,
+    check_vector_items,
+    merge_ranked,
+    query_terms,
+    search_text,
+    tsquery_text,
+)
 
 DSN_ENV = "LANGCHAIN_OM_PG_DSN"
 
@@ -125,10 +139,71 @@ async def _move_implicit_resources(store: PostgresStore, cur: Cursor) -> None:
 _UNOBSERVED_INDEX_V3 = [
     "CREATE INDEX IF NOT EXISTS messages_unobserved ON {s}.messages (thread_id, seq) WHERE NOT observed",
 ]
+SEARCH_CONFIG = "english"
+"""The text search configuration of the keyword index (stemming like SQLite's porter tokenizer)."""
+
+_SCHEMA_V4 = [
+    # the keyword index: narrow rows (no message body), so ranking reads little; pos orders by recency
+    "CREATE TABLE IF NOT EXISTS {s}.message_search ("
+    " pos BIGSERIAL PRIMARY KEY,"
+    " resource_id TEXT NOT NULL,"
+    " thread_id TEXT NOT NULL,"
+    " message_id TEXT NOT NULL,"
+    " search tsvector NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS message_search_recent ON {s}.message_search (resource_id, pos)",
+    "CREATE INDEX IF NOT EXISTS message_search_words ON {s}.message_search USING GIN (search)",
+    "CREATE INDEX IF NOT EXISTS message_search_thread ON {s}.message_search (thread_id)",
+    "CREATE TABLE IF NOT EXISTS {s}.vector_deletions (resource_id TEXT PRIMARY KEY, deleted BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.message_vectors ("
+    " pos BIGSERIAL PRIMARY KEY,"
+    " resource_id TEXT NOT NULL,"
+    " space TEXT NOT NULL,"
+    " thread_id TEXT NOT NULL,"
+    " message_id TEXT NOT NULL,"
+    " vector BYTEA NOT NULL,"
+    " UNIQUE (thread_id, message_id, space))",
+    "CREATE INDEX IF NOT EXISTS message_vectors_scan ON {s}.message_vectors (resource_id, space, pos)",
+]
+
+_BACKFILL_BATCH = 1000
+_INSERT_SEARCH = (
+    "INSERT INTO {s}.message_search (resource_id, thread_id, message_id, search) "
+    f"VALUES (%s, %s, %s, to_tsvector('{SEARCH_CONFIG}', %s))"
+)
+
+
+async def _migrate_v4(store: PostgresStore, cur: Cursor) -> None:
+    """Recall search: the ``tsvector`` index table, backfilled from every stored message (paged
+    by key, oldest first, in the migration's transaction), and the embeddings tables."""
+    for statement in _SCHEMA_V4:
+        await cur.execute(store._q(statement))
+    last: tuple[str, int] = ("", 0)
+    while True:
+        await cur.execute(
+            store._q(
+                "SELECT resource_id, thread_id, seq, id, kind, data FROM {s}.messages "
+                "WHERE (thread_id, seq) > (%s, %s) ORDER BY thread_id, seq LIMIT %s"
+            ),
+            (*last, _BACKFILL_BATCH),
+        )
+        rows = await cur.fetchall()
+        if not rows:
+            return
+        last = (rows[-1]["thread_id"], rows[-1]["seq"])
+        entries = [
+            (row["resource_id"], row["thread_id"], row["id"], text)
+            for row in rows
+            if (text := search_text(u.from_jsonb_safe(row["data"]), row["kind"]))
+        ]
+        if entries:
+            await cur.executemany(store._q(_INSERT_SEARCH), entries)
+
+
 MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
     3: _UNOBSERVED_INDEX_V3,
+    4: _migrate_v4,
 }
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -458,6 +533,23 @@ class PostgresStore:
             if await cur.fetchone() is None:
                 return
             await cur.execute(
+                self._q("DELETE FROM {s}.message_search WHERE thread_id = %s AND resource_id = %s"),
+                (thread_id, resource_id),
+            )
+            await cur.execute(
+                self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s"),
+                (thread_id, resource_id),
+            )
+            if cur.rowcount > 0:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) "
+                        "ON CONFLICT (resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + "
+                        "excluded.deleted"
+                    ),
+                    (resource_id, cur.rowcount),
+                )
+            await cur.execute(
                 self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
             )
             await cur.execute(
@@ -512,6 +604,7 @@ class PostgresStore:
             last = int(last_row["last"]) if last_row is not None else 0
             inserted: list[StoredMessage] = []
             rows: list[tuple[Any, ...]] = []
+            entries: list[tuple[str, str, str, str]] = []
             for message, data in encoded:
                 if message.id in seen:
                     continue
@@ -520,6 +613,8 @@ class PostgresStore:
                 rows.append(
                     (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at)
                 )
+                if text := search_text(message.data, message.kind):
+                    entries.append((resource_id, thread_id, message.id, text))
                 inserted.append(
                     StoredMessage(
                         id=message.id,
@@ -540,6 +635,8 @@ class PostgresStore:
                     ),
                     rows,
                 )
+                if entries:
+                    await cur.executemany(self._q(_INSERT_SEARCH), entries)
                 await cur.execute(
                     self._q("UPDATE {s}.threads SET updated_at = %s WHERE thread_id = %s"), (utcnow(), thread_id)
                 )
@@ -638,6 +735,103 @@ class PostgresStore:
             )
             row = await cur.fetchone()
         return int(row["n"]) if row is not None else 0
+
+    # ---- search -------------------------------------------------------------------------
+
+    @property
+    def keyword_search_available(self) -> bool:
+        """PostgreSQL's full-text search is built in."""
+        return True
+
+    async def asearch_messages(
+        self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """``tsvector`` search (GIN index) ranked by ``ts_rank``, inside the resource."""
+        resource_id = check_resource_id(resource_id)
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        terms = query_terms(check_query(query))
+        count = check_search_limit(limit)
+        if not terms:
+            return []
+        thread_filter = "" if thread_id is None else " AND thread_id = %(thread)s"
+        # the newest RANK_CANDIDATES matches (a backward scan of (resource_id, pos) that stops
+        # early for common words, the GIN index for rare ones), then ts_rank on those alone
+        statement = self._q(
+            f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, r.score FROM ("
+            f" SELECT thread_id, message_id, ts_rank(search, to_tsquery('{SEARCH_CONFIG}', %(q)s)) AS score FROM ("
+            "  SELECT thread_id, message_id, search FROM {s}.message_search"
+            f"  WHERE resource_id = %(resource)s{thread_filter}"
+            f"  AND search @@ to_tsquery('{SEARCH_CONFIG}', %(q)s) ORDER BY pos DESC LIMIT %(candidates)s) AS c"
+            " ORDER BY score DESC LIMIT %(limit)s) AS r "
+            "JOIN {s}.messages AS m ON m.thread_id = r.thread_id AND m.id = r.message_id "
+            "WHERE m.resource_id = %(resource)s ORDER BY r.score DESC, m.created_at DESC"
+        )
+        params = {"resource": resource_id, "thread": thread_id, "candidates": RANK_CANDIDATES, "limit": count}
+        async with self._tx() as cur:
+
+            async def ranked(every: bool) -> list[SearchHit]:
+                # never a prepared statement: a generic plan cannot know how common the words are
+                await cur.execute(statement, {**params, "q": tsquery_text(terms, every=every)}, prepare=False)
+                return [SearchHit(message=_message(row), score=float(row["score"])) for row in await cur.fetchall()]
+
+            every = await ranked(True) if len(terms) > 1 else []
+            if len(every) >= count:
+                return every
+            return merge_ranked(every, await ranked(False), count)
+
+    async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        checked = check_vector_items(items)
+        if not checked:
+            return 0
+        async with self._tx() as cur:
+            await cur.executemany(
+                self._q(
+                    "INSERT INTO {s}.message_vectors (resource_id, space, thread_id, message_id, vector) "
+                    "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM {s}.messages "
+                    "WHERE thread_id = %s AND id = %s AND resource_id = %s) "
+                    "ON CONFLICT (thread_id, message_id, space) DO NOTHING"
+                ),
+                [(resource_id, space, item.thread_id, item.message_id, item.vector,
+                  item.thread_id, item.message_id, resource_id) for item in checked],
+            )
+            return max(cur.rowcount, 0)  # psycopg sums the rows of every statement of executemany
+
+    async def aget_vectors(
+        self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
+    ) -> VectorBatch:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        low = u.check_count(after_pos, "after_pos")
+        count = None if limit is None else u.check_count(limit, "limit")
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT pos, thread_id, message_id, vector FROM {s}.message_vectors "
+                    "WHERE resource_id = %s AND space = %s AND pos > %s ORDER BY pos LIMIT %s"
+                ),
+                (resource_id, space, low, count),
+                binary=True,  # bytea as raw bytes: the text format would double them as hex
+            )
+            rows = await cur.fetchall()
+        return VectorBatch.of([(r["pos"], r["thread_id"], r["message_id"], r["vector"]) for r in rows])
+
+    async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "SELECT (SELECT COALESCE(MAX(deleted), 0) FROM {s}.vector_deletions WHERE resource_id = %s) AS n,"
+                    " (SELECT COALESCE(MAX(pos), 0) FROM {s}.message_vectors WHERE resource_id = %s AND space = %s)"
+                    " AS top"
+                ),
+                (resource_id, resource_id, space),
+            )
+            row = await cur.fetchone()
+        return (int(row["n"]), int(row["top"])) if row is not None else (0, 0)
 
     # ---- records ------------------------------------------------------------------------
 

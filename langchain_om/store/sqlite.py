@@ -27,6 +27,7 @@ lost reflection runs again); ``synchronous="full"`` flushes every commit, for
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 import threading
@@ -54,6 +55,21 @@ from .base import (
     check_thread_id,
     record_key,
     utcnow,
+)
+from .search import (
+    RANK_CANDIDATES,
+    SearchHit,
+    VectorBatch,
+    VectorItem,
+    check_query,
+    check_search_limit,
+    check_space,
+    check_vector_items,
+    fts5_match,
+    merge_ranked,
+    query_terms,
+    scope_token,
+    search_text,
 )
 
 T = TypeVar("T")
@@ -141,10 +157,82 @@ def _move_implicit_resources(conn: sqlite3.Connection) -> None:
 _UNOBSERVED_INDEX_V3 = """
 CREATE INDEX IF NOT EXISTS messages_unobserved ON messages (thread_id, seq) WHERE observed = 0;
 """
+_SCHEMA_V4_VECTORS = """
+CREATE TABLE IF NOT EXISTS message_vectors (
+    pos         INTEGER PRIMARY KEY AUTOINCREMENT,
+    resource_id TEXT NOT NULL,
+    space       TEXT NOT NULL,
+    thread_id   TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    vector      BLOB NOT NULL,
+    UNIQUE (thread_id, message_id, space)
+);
+CREATE INDEX IF NOT EXISTS message_vectors_scan ON message_vectors (resource_id, space, pos);
+CREATE TABLE IF NOT EXISTS vector_deletions (
+    resource_id TEXT PRIMARY KEY,
+    deleted     INTEGER NOT NULL
+);
+"""
+
+
+@functools.cache
+def fts5_available() -> bool:
+    """Whether this Python's SQLite was built with FTS5 (most are; some minimal builds are not)."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("CREATE VIRTUAL TABLE probe USING fts5(body)")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
+def _has_search_index(conn: sqlite3.Connection) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'message_search'"
+    ).fetchone() is not None
+
+
+def _create_search_index(conn: sqlite3.Connection) -> None:
+    """The FTS5 keyword index of recall search, filled from the stored messages (inside the
+    caller's transaction). ``scope`` holds a resource and a thread token, so a search reads only
+    one resource's entries; ``rank`` weighs only ``body``."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE message_search USING fts5(body, scope, thread_id UNINDEXED, "
+        "message_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')"
+    )
+    conn.execute("INSERT INTO message_search (message_search, rank) VALUES ('rank', 'bm25(1.0, 0.0)')")
+    rows = conn.execute("SELECT resource_id, thread_id, id, kind, data FROM messages")
+    while batch := rows.fetchmany(1000):
+        conn.executemany(
+            "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
+            [
+                (text, _scope(row[0], row[1]), row[1], row[2])
+                for row in batch
+                if (text := search_text(json.loads(row[4]), row[3]))
+            ],
+        )
+
+
+def _scope(resource_id: str, thread_id: str) -> str:
+    return f"{scope_token('r', resource_id)} {scope_token('t', thread_id)}"
+
+
+def _migrate_v4(conn: sqlite3.Connection) -> None:
+    """Recall search: the embeddings table, and the keyword index backfilled from every stored
+    message (skipped on a SQLite without FTS5; created on a later open by one that has it)."""
+    for statement in _split_statements(_SCHEMA_V4_VECTORS):
+        conn.execute(statement)
+    if fts5_available() and not _has_search_index(conn):
+        _create_search_index(conn)
+
+
 MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
     3: _UNOBSERVED_INDEX_V3,
+    4: _migrate_v4,
 }
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -225,9 +313,15 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._changes_at_checkpoint = 0
+        self._fts = fts5_available()  # confirmed (index present) on every open, in _migrate
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
+
+    @property
+    def keyword_search_available(self) -> bool:
+        """Keyword search needs SQLite's FTS5 extension (built into nearly every Python)."""
+        return self._fts
 
     @property
     def in_memory(self) -> bool:
@@ -281,7 +375,11 @@ class SQLiteStore:
             self._check_not_newer(conn)  # re-check under the write lock: another process may have migrated
             version = self._stored_version(conn)
             if version == SCHEMA_VERSION:
+                if fts5_available() and not _has_search_index(conn):
+                    _create_search_index(conn)  # migrated by a SQLite without FTS5: index now
+                self._fts = fts5_available()
                 return
+            self._fts = fts5_available()
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 migration = MIGRATIONS[target]
@@ -504,6 +602,19 @@ class SQLiteStore:
                 self._forget_in_resource_record(conn, resource_id, thread_id)
                 if self._owner(conn, thread_id) != resource_id:
                     return
+                if self._fts:
+                    conn.execute(
+                        "DELETE FROM message_search WHERE message_search MATCH ?",
+                        (f'scope : "{scope_token("t", thread_id)}"',),
+                    )
+                dropped = conn.execute("DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?",
+                                       (thread_id, resource_id)).rowcount
+                if dropped:
+                    conn.execute(
+                        "INSERT INTO vector_deletions (resource_id, deleted) VALUES (?, ?) ON CONFLICT (resource_id) "
+                        "DO UPDATE SET deleted = deleted + excluded.deleted",
+                        (resource_id, dropped),
+                    )
                 conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
                 conn.execute(
                     "DELETE FROM records WHERE key = ? AND resource_id = ?",
@@ -547,6 +658,7 @@ class SQLiteStore:
                     self._insert_thread(conn, resource_id, thread_id, None, None)
                 row = conn.execute("SELECT MAX(seq) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()
                 last = int(row[0] or 0)
+                scope = _scope(resource_id, thread_id)
                 inserted: list[StoredMessage] = []
                 seen: set[str] = set()
                 for message, data in encoded:
@@ -570,6 +682,11 @@ class SQLiteStore:
                     if not added:
                         continue
                     last += 1
+                    if self._fts and (text := search_text(message.data, message.kind)):
+                        conn.execute(
+                            "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
+                            (text, scope, thread_id, message.id),
+                        )
                     inserted.append(
                         StoredMessage(
                             id=message.id,
@@ -684,6 +801,104 @@ class SQLiteStore:
                 ).fetchone()[0]
             )
         )
+
+    # ---- search -------------------------------------------------------------------------
+
+    async def asearch_messages(
+        self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        """FTS5 search ranked by BM25 over the message text; only the resource's index entries are read."""
+        resource_id = check_resource_id(resource_id)
+        if thread_id is not None:
+            thread_id = check_id(thread_id, "thread_id")
+        terms = query_terms(check_query(query))
+        count = check_search_limit(limit)
+        if not self._fts:
+            raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")
+        if not terms:
+            return []
+
+        def ranked(conn: sqlite3.Connection, match: str) -> list[SearchHit]:
+            # rank only the newest RANK_CANDIDATES matches: the rowid of the last of them is found
+            # by walking the doclists alone (no ranking), then FTS5 ranks rows at or above it
+            floor = conn.execute(
+                "SELECT rowid FROM message_search WHERE message_search MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, RANK_CANDIDATES - 1),
+            ).fetchone()
+            rows = conn.execute(
+                f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, s.rank AS rank FROM "
+                "(SELECT thread_id, message_id, rank FROM message_search WHERE message_search MATCH ? "
+                "AND rowid >= ? ORDER BY rank LIMIT ?) AS s "
+                "JOIN messages AS m ON m.thread_id = s.thread_id AND m.id = s.message_id "
+                "WHERE m.resource_id = ? ORDER BY s.rank",
+                (match, floor[0] if floor is not None else 0, count, resource_id),
+            )
+            return [SearchHit(message=_message(row), score=-float(row["rank"])) for row in rows]
+
+        def run(conn: sqlite3.Connection) -> list[SearchHit]:
+            every = ranked(conn, fts5_match(terms, resource_id, thread_id, every=True)) if len(terms) > 1 else []
+            if len(every) >= count:
+                return every
+            return merge_ranked(every, ranked(conn, fts5_match(terms, resource_id, thread_id)), count)
+
+        return await self._run(run)
+
+    async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        checked = check_vector_items(items)
+        if not checked:
+            return 0
+
+        def run(conn: sqlite3.Connection) -> int:
+            with _immediate(conn):
+                before = conn.total_changes
+                conn.executemany(
+                    "INSERT INTO message_vectors (resource_id, space, thread_id, message_id, vector) "
+                    "SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM messages "
+                    "WHERE thread_id = ? AND id = ? AND resource_id = ?) "
+                    "ON CONFLICT (thread_id, message_id, space) DO NOTHING",
+                    [
+                        (resource_id, space, item.thread_id, item.message_id, item.vector,
+                         item.thread_id, item.message_id, resource_id)
+                        for item in checked
+                    ],
+                )
+                return conn.total_changes - before
+
+        return await self._run(run)
+
+    async def aget_vectors(
+        self, resource_id: str, space: str, *, after_pos: int = 0, limit: int | None = None
+    ) -> VectorBatch:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+        low = u.check_count(after_pos, "after_pos")
+        count = -1 if limit is None else u.check_count(limit, "limit")
+
+        def run(conn: sqlite3.Connection) -> VectorBatch:
+            rows = conn.execute(
+                "SELECT pos, thread_id, message_id, vector FROM message_vectors "
+                "WHERE resource_id = ? AND space = ? AND pos > ? ORDER BY pos LIMIT ?",
+                (resource_id, space, low, count),
+            ).fetchall()
+            return VectorBatch.of(rows)
+
+        return await self._run(run)
+
+    async def avector_stamp(self, resource_id: str, space: str) -> tuple[int, int]:
+        resource_id = check_resource_id(resource_id)
+        space = check_space(space)
+
+        def run(conn: sqlite3.Connection) -> tuple[int, int]:
+            row = conn.execute(
+                "SELECT (SELECT COALESCE(MAX(deleted), 0) FROM vector_deletions WHERE resource_id = ?), "
+                "(SELECT COALESCE(MAX(pos), 0) FROM message_vectors WHERE resource_id = ? AND space = ?)",
+                (resource_id, resource_id, space),
+            ).fetchone()
+            return int(row[0]), int(row[1])
+
+        return await self._run_inline(run)
 
     # ---- records ------------------------------------------------------------------------
 
