@@ -60,7 +60,7 @@ om_pg_start() {
         return 1
     fi
     if ! _om_pg_as_owner "$OM_PG_BIN/pg_ctl" -D "$OM_PG_DIR/data" -l "$OM_PG_DIR/server.log" -w -t 60 \
-            -o "-k $OM_PG_DIR -p $port -c listen_addresses=127.0.0.1 -c fsync=off" start >/dev/null; then
+            -o "-k $OM_PG_DIR -p $port -c listen_addresses=127.0.0.1 -c fsync=${OM_PG_FSYNC:-off}" start >/dev/null; then
         echo "start_postgres: server did not start:" >&2
         cat "$OM_PG_DIR/server.log" >&2
         om_pg_stop

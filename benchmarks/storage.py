@@ -51,8 +51,9 @@ def _rows(count: int) -> list[NewMessage]:
 
 
 async def bench_store(store: OMStore, rows: list[NewMessage], threads: int, batch: int, pages: int,
-                      seed: int = 1) -> dict[str, Any]:
-    """Append ``rows`` across ``threads`` threads, then time recall pages on the first thread."""
+                      seed: int = 1, steps: int = 200) -> dict[str, Any]:
+    """Append ``rows`` across ``threads`` threads, time recall pages on the first thread, then
+    ``steps`` appends of two messages each (an agent step's write) on another thread."""
     await store.asetup()
     per_thread = len(rows) // threads
     for t in range(threads):
@@ -81,7 +82,13 @@ async def bench_store(store: OMStore, rows: list[NewMessage], threads: int, batc
         with Timer() as timer:
             await store.aget_messages(RESOURCE, "t0", after_seq=after, limit=20)
         raw_ms.append(timer.ms)
-    return {"messages_stored": stored, "write_seconds": write.ms / 1000,
+    step_ms: list[float] = []  # what an agent step writes: one append of two messages
+    step_rows = rows[: 2 * steps]
+    for index in range(steps):
+        with Timer() as timer:
+            await store.aappend_messages(RESOURCE, "steps", step_rows[2 * index: 2 * index + 2])
+        step_ms.append(timer.ms)
+    return {"messages_stored": stored, "write_seconds": write.ms / 1000, "step_append_ms": summary(step_ms),
             "messages_per_s": stored / (write.ms / 1000), "recall_page_ms": summary(recall_ms),
             "raw_page_ms": summary(raw_ms), "non_empty_pages": pages_seen, "recall_via": "RecallTool.arecall"}
 
@@ -132,7 +139,9 @@ def _start_private_pg() -> tuple[str, str] | None:
     if not PG_SCRIPT.exists():
         return None
     script = f'source "{PG_SCRIPT}" >/dev/null && printf "%s\\n%s\\n" "$LANGCHAIN_OM_TEST_PG_DSN" "$OM_PG_DIR"'
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    # the test cluster runs with fsync=off; a benchmark of durable writes needs it on
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "OM_PG_FSYNC": "on"})
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or len(lines) < 2:
         return None
@@ -157,7 +166,9 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="om-bench-") as tmp:
         store = SQLiteStore(os.path.join(tmp, "storage.db"))
         try:
-            backends["sqlite"] = await bench_store(store, rows, args.threads, args.batch, args.pages)
+            backends["sqlite"] = await bench_store(store, rows, args.threads, args.batch, args.pages,
+                                                   steps=args.steps)
+            backends["sqlite"]["durability"] = "WAL; synchronous NORMAL, FULL for commits that mark observed"
         finally:
             await store.aclose()
         durability = await bench_sqlite_durability(tmp, rows, args.commits)
@@ -173,8 +184,10 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
         schema = f"om_bench_{uuid.uuid4().hex[:8]}"
         pg = PostgresStore(dsn, schema=schema)
         try:
-            backends["postgres"] = await bench_store(pg, rows, args.threads, args.batch, args.pages)
+            backends["postgres"] = await bench_store(pg, rows, args.threads, args.batch, args.pages,
+                                                     steps=args.steps)
             backends["postgres"]["cluster"] = "private (.ci/start_postgres.sh)" if started else "given DSN"
+            backends["postgres"]["durability"] = await _pg_durability(dsn)
         finally:
             await _drop_schema(pg, schema)
             await pg.aclose()
@@ -188,6 +201,18 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
             "recall_page_ms"]["p95"]
     return {"params": {"messages": args.messages, "threads": args.threads, "batch": args.batch, "pages": args.pages},
             "backends": backends, "ratios": ratios, "sqlite_durability": durability}
+
+
+async def _pg_durability(dsn: str) -> str:
+    """The server's settings that decide whether a commit survives a power loss."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        values = []
+        for name in ("fsync", "synchronous_commit"):
+            row = await (await conn.execute(f"SHOW {name}")).fetchone()
+            values.append(f"{name}={row[0] if row else '?'}")
+    return ", ".join(values)
 
 
 async def _drop_schema(store: PostgresStore, schema: str) -> None:
@@ -210,13 +235,16 @@ def report(payload: dict[str, Any]) -> str:
     rows = []
     for name, d in payload["backends"].items():
         if "skipped" in d:
-            rows.append([name, "skipped: " + d["skipped"], "", "", "", ""])
+            rows.append([name, "skipped: " + d["skipped"], "", "", "", "", "", "", ""])
             continue
-        rows.append([name, d["messages_stored"], d["messages_per_s"], d["recall_page_ms"]["p50"],
-                     d["recall_page_ms"]["p95"], d["raw_page_ms"]["p95"]])
+        rows.append([name, d["messages_stored"], d["messages_per_s"], d["step_append_ms"]["p50"],
+                     d["step_append_ms"]["p95"], d["recall_page_ms"]["p50"], d["recall_page_ms"]["p95"],
+                     d["raw_page_ms"]["p95"], d.get("durability", "")])
     out = table(f"Storage: {payload['params']['messages']:,} messages in batches of {payload['params']['batch']}, "
+                "then appends of 2 messages (an agent step's write), "
                 f"{payload['params']['pages']} recall pages (RecallTool, 20 messages)",
-                ["backend", "stored", "messages/s", "recall p50 ms", "recall p95 ms", "raw page p95 ms"], rows)
+                ["backend", "stored", "batch messages/s", "step append p50 ms", "step append p95 ms",
+                 "recall p50 ms", "recall p95 ms", "raw page p95 ms", "durability"], rows)
     for key, value in payload["ratios"].items():
         out += f"\n  {key} = {value:.2f}"
     durability = payload.get("sqlite_durability")
@@ -236,6 +264,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--pages", type=int, default=40 if quick else 200)
     parser.add_argument("--commits", type=int, default=50 if quick else 300,
                         help="commits timed per SQLite durability setting")
+    parser.add_argument("--steps", type=int, default=50 if quick else 200,
+                        help="appends of two messages timed per store")
     parser.add_argument("--pg-dsn", default=None)
     parser.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
 
