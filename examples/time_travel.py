@@ -1,61 +1,63 @@
-"""Time travel and forks with Observational Memory: memory follows the checkpoint.
+"""Time travel and forks: OM's memory follows the LangGraph checkpoint a run starts from.
 
-Runs offline (scripted models, in-memory checkpointer, OM's in-memory store):
-
-    python examples/time_travel.py
+Runs offline with the scripted models of `langchain_om.testing`. To use a real model, set
+LANGCHAIN_OM_EXAMPLE_MODEL (e.g. "openai:gpt-5-mini") and that provider's API key: same script.
 """
 
-from __future__ import annotations
-
 import asyncio
+import os
 from typing import Any
 
 from langchain.agents import create_agent
+from langchain.chat_models import init_chat_model
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langchain_om import ObservationalMemory
-from langchain_om.middleware import ObservationalMemoryMiddleware
-from langchain_om.store import InMemoryStore
+from langchain_om import InMemoryStore, ObservationalMemory, ObservationalMemoryMiddleware
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
+
+REAL_MODEL = os.environ.get("LANGCHAIN_OM_EXAMPLE_MODEL")
+COLOURS = ("red", "blue", "green", "pink", "gold")
 
 
 def colours_in(messages: list[Any]) -> list[str]:
     text = " ".join(str(m.content) for m in messages)
-    return [c for c in ("red", "blue", "green", "pink", "gold") if f"colour is {c}" in text]
+    return [c for c in COLOURS if f"colour is {c}" in text]
 
 
 async def main() -> dict[str, list[str]]:
-    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(),
+    """Returns which colours the model was shown on each branch (the scripted model records its input)."""
+    model = init_chat_model(REAL_MODEL) if REAL_MODEL else ScriptedAgentModel()
+    om = ObservationalMemory(InMemoryStore(), model=REAL_MODEL or ScriptedObserverModel(),
                              observation={"message_tokens": 150}, token_counter="estimator")
-    model = ScriptedAgentModel()  # records what it is given in model.calls
     agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "chat-1", "resource_id": "user-1"}}
+    config: Any = {"configurable": {"thread_id": "chat-1", "resource_id": "user-1"}}
+    shown: dict[str, list[str]] = {}
+
+    async def say(text: str, run_config: Any, label: str) -> None:
+        result = await agent.ainvoke({"messages": [HumanMessage(text)]}, run_config)
+        print(f"user: {text[:60]}\nassistant: {str(result['messages'][-1].content)[:100]}")
+        calls = getattr(model, "calls", None)  # what the scripted model was given
+        shown[label] = colours_in(calls[-1]) if calls else []
 
     after_turn = []
-    for colour in ("red", "blue", "green", "pink", "gold"):
-        await agent.ainvoke({"messages": [HumanMessage(f"My favourite colour is {colour}. " + "More words. " * 20)]},
-                            config)
+    for colour in COLOURS:
+        await say(f"My favourite colour is {colour}. " + "More words. " * 20, config, "first branch")
         after_turn.append((await agent.aget_state(config)).config)  # a config as LangGraph hands it out
-    seen = {"first branch": colours_in(model.calls[-1])}
 
     # Time travel: run from the checkpoint after turn 2 with new input. The config has no
-    # resource_id; OM takes it from the checkpoint. The model sees turns 1-2 only.
-    await agent.ainvoke({"messages": [HumanMessage("Which colours did I mention?")]}, after_turn[1])
-    seen["fork from turn 2"] = colours_in(model.calls[-1])
-
+    # resource_id: OM takes it from the checkpoint, and the model sees turns 1-2 only.
+    await say("Which colours did I mention?", after_turn[1], "fork from turn 2")
     # Back to the first branch's latest checkpoint: its own five turns, nothing of the fork.
-    await agent.ainvoke({"messages": [HumanMessage("And now?")]}, after_turn[4])
-    seen["first branch again"] = colours_in(model.calls[-1])
-
+    await say("And now?", after_turn[4], "first branch again")
     # A config naming another user for this thread is refused.
     try:
         await agent.ainvoke({"messages": [HumanMessage("hi")]},
                             {"configurable": {**after_turn[1]["configurable"], "resource_id": "someone-else"}})
     except ValueError as exc:
-        seen["refused"] = [type(exc).__name__]
+        shown["refused"] = [type(exc).__name__]
     await om.aclose()
-    return seen
+    return shown
 
 
 if __name__ == "__main__":

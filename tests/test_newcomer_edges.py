@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_om import ObservationalChatMessageHistory, ObservationalMemory, OMConfigError
 from langchain_om.messages import TIMESTAMP_KEY
 from langchain_om.oversize import SAMPLED_COUNT_CHARS, sampled_count
-from langchain_om.store import InMemoryStore
+from langchain_om.store import InMemoryStore, implicit_resource
 from langchain_om.testing import ScriptedObserverModel
 from langchain_om.tokens import CACHE_KEY, EstimatorCounter, get_token_counter
 
@@ -90,7 +90,7 @@ async def test_a_message_larger_than_the_window_is_warned_about(caplog: pytest.L
     assert len(warnings) == 1 and "more than the whole message window" in warnings[0]
     assert "observation.message_tokens=2000" in warnings[0]
     assert context.messages  # nothing lost: the store has both messages
-    assert [m.id for m in await om.store.aget_messages("t1", "t1")] == ["small", "huge"]
+    assert [m.id for m in await om.store.aget_messages(implicit_resource("t1"), "t1")] == ["small", "huge"]
     with caplog.at_level(logging.WARNING, logger="langchain_om"):
         caplog.clear()
         await om.aprocess("t1", [HumanMessage("hi", id="small"), huge])  # already stored: no second warning
