@@ -24,12 +24,14 @@ from typing import Any, Literal, TypeVar
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
+from . import failure_policy
 from . import observer as observer_mod
 from . import reflector as reflector_mod
 from ._loop import LoopThread
 from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
 from .config import OMConfig, OMConfigError
 from .context import context_message, render_context
+from .credentials import check_model_strings
 from .events import (
     ActivationData,
     ActivationEvent,
@@ -60,6 +62,7 @@ from .events import (
     WindowUsage,
     iso_now,
 )
+from .failures import turn_budget
 from .hooks import HookContext, ObserveHooks, Trigger
 from .messages import (
     dump_message,
@@ -72,7 +75,7 @@ from .messages import (
     safe_cut_at_or_before,
     same_model,
 )
-from .models import ModelSelectionError, acall_om_model, model_supports_images
+from .models import ModelSelectionError, OMModelError, acall_om_model, model_supports_images
 from .store.base import (
     BufferedChunk,
     BufferedReflection,
@@ -242,6 +245,7 @@ class ObservationalMemory:
         enabled: bool = True,
         clock: Callable[[], datetime] | None = None,
         working_memory: Any = None,
+        failure_policy: Any = None,
     ) -> None:
         self.config = OMConfig.build(
             enabled=enabled,
@@ -257,7 +261,9 @@ class ObservationalMemory:
             obscure_thread_ids=obscure_thread_ids,
             token_counter=token_counter,
             on_debug_event=on_debug_event,
+            failure_policy=failure_policy,
         )
+        check_model_strings(self.config)  # a missing key or package fails here, not on every step
         self.hooks = ObserveHooks.coerce(hooks)
         if store is None:
             from .store import default_store
@@ -524,7 +530,8 @@ class ObservationalMemory:
             window_before = await self._window(record, resource, thread_id)
             if self.config.enabled:
                 try:
-                    record = await self._run_thresholds(step, record, run)
+                    with turn_budget(self.config.failure_policy.turn_budget_s()):
+                        record = await self._run_thresholds(step, record, run)
                 except OMAborted as exc:
                     aborted = str(exc)
                     record = await self._load_record(resource, thread_id)
@@ -537,6 +544,9 @@ class ObservationalMemory:
             if closes_step:
                 step.events.insert(0, StatusEvent(data=status))
             context = await self._build_context(record, window, resource, thread_id, status)
+            if closes_step:
+                failure_policy.apply_to_context(self, context, step.events)
+                step.events[0] = StatusEvent(data=context.status)
             if self.config.enabled and closes_step and aborted is None:
                 self._schedule_background(step, record, window)
         context.events = step.events
@@ -754,7 +764,9 @@ class ObservationalMemory:
         except Exception as exc:
             logger.warning("langchain-om observation failed: %s", exc)
             await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in,
-                                     f"{type(exc).__name__}: {exc}", buffering)
+                                     failure_policy.failure_reason(exc), buffering)
+            if not buffering:
+                failure_policy.raise_if_configured(self, exc)
             return None
         result.cycle_id = cycle_id
         duration = (time.perf_counter() - started) * 1000
@@ -880,6 +892,9 @@ class ObservationalMemory:
             settings=self.config.model_settings("observation"),
             provider_options=self.config.observation.provider_options,
             timeout_s=self.config.observation.model_timeout_s(),
+            default_retries=self.config.failure_policy.max_retries,
+            backoff_s=float(self.config.failure_policy.backoff) / 1000.0,
+            max_backoff_s=float(self.config.failure_policy.max_backoff) / 1000.0,
             context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                      "input_tokens": input_tokens, "memory": self, "role": "observer"},
         )
@@ -1271,6 +1286,9 @@ class ObservationalMemory:
                     settings=self.config.model_settings("reflection"),
                     provider_options=self.config.reflection.provider_options,
                     timeout_s=self.config.reflection.model_timeout_s(),
+                    default_retries=self.config.failure_policy.max_retries,
+                    backoff_s=float(self.config.failure_policy.backoff) / 1000.0,
+                    max_backoff_s=float(self.config.failure_policy.max_backoff) / 1000.0,
                     context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                              "input_tokens": input_tokens, "memory": self, "role": "reflector"},
                 )
@@ -1281,8 +1299,10 @@ class ObservationalMemory:
                                          buffering, "reflection")
                 raise OMAborted(f"reflector model selection failed: {exc}") from exc
             except Exception as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
+                last_error = failure_policy.failure_reason(exc)
                 logger.warning("langchain-om reflection attempt %d failed: %s", level, exc)
+                if isinstance(exc, OMModelError):
+                    break  # the model itself failed (retries are spent): another level would pay again
                 continue
             out_tokens = self.counter.count_text(parsed.observations)
             if not reflector_mod.is_compressed(in_tokens, out_tokens):

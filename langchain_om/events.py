@@ -74,6 +74,10 @@ class StatusData(_Data):
     generation_count: int
     tokenizer: str | None = None
     """Which counter produced the numbers: ``tiktoken:o200k_base`` or ``estimator`` (an extension)."""
+    observation_error: str | None = None
+    """This step's Observer failure, one line (an extension; see ``failure_policy``)."""
+    spend: dict[str, Any] | None = None
+    """OM's own model spend on this record so far: per role, calls and tokens (an extension)."""
 
 
 class ExtractionFailure(_Data):
