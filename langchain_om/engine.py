@@ -28,6 +28,7 @@ from . import failure_policy
 from . import observer as observer_mod
 from . import reflector as reflector_mod
 from ._loop import LoopThread
+from .backlog import split_backlog
 from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
 from .config import OMConfig, OMConfigError
 from .context import context_message, render_context
@@ -62,7 +63,7 @@ from .events import (
     WindowUsage,
     iso_now,
 )
-from .failures import turn_budget
+from .failures import remaining_budget, turn_budget
 from .hooks import HookContext, ObserveHooks, Trigger
 from .messages import (
     dump_message,
@@ -76,6 +77,8 @@ from .messages import (
     same_model,
 )
 from .models import ModelSelectionError, OMModelError, acall_om_model, model_supports_images
+from .spend import add_to_record as add_spend
+from .spend import record_spend
 from .store.base import (
     BufferedChunk,
     BufferedReflection,
@@ -634,12 +637,27 @@ class ObservationalMemory:
         cut = self._sync_cut(lc, [m.tokens for m in window])
         if cut <= 0:
             return record
-        chosen: Sequence[StoredMessage] = window[:cut]
+        # a backlog larger than one Observer call is observed in several, oldest first
+        parts = split_backlog(self, step.resource_id, window[:cut], step.thread_id)
+        for index, part in enumerate(parts):
+            if index and remaining_budget() == 0:
+                break  # the turn's budget is spent: the rest waits for the next step
+            pinned = _pins_human(lc, cut) if index == len(parts) - 1 else None
+            record, observed = await self._observe_part(step, record, part, pinned, trigger)
+            if not observed:
+                break
+        return record
+
+    async def _observe_part(
+        self, step: _StepState, record: OMRecord, chosen: Sequence[StoredMessage], pinned: str | None,
+        trigger: Trigger,
+    ) -> tuple[OMRecord, bool]:
+        """Observe and commit ``chosen``; returns the latest record and whether the Observer succeeded."""
         for _attempt in range(_MAX_COMMIT_RETRIES):
             result = await self._observe_messages(step, record, {step.thread_id: chosen}, trigger=trigger)
             if result is None:
-                return record
-            updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=_pins_human(lc, cut))
+                return record, False
+            updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=pinned)
             updated.metadata.pop(_OBSERVATION_FAILED, None)
             try:
                 committed = await self.store.acommit_record(
@@ -647,14 +665,14 @@ class ObservationalMemory:
                 )
             except RecordConflictError:
                 record = await self._load_record(step.resource_id, step.thread_id)
-                window = await self._window(record, step.resource_id, step.thread_id)
+                await self._window(record, step.resource_id, step.thread_id)
                 chosen = [m for m in chosen if m.seq > record.last_observed_seq.get(step.thread_id, 0)]
                 if not chosen:
-                    return record
+                    return record, True
                 continue
             await self._after_observation(step, committed, result)
-            return committed
-        return record
+            return committed, True
+        return record, True
 
     def _apply_observation(
         self,
@@ -686,6 +704,7 @@ class ObservationalMemory:
             c for c in updated.buffered_chunks if c.thread_id != thread_id or c.start_seq > chosen[-1].seq
         ]
         self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
+        add_spend(updated.metadata, "observer", result.usage, result.provider_metadata)
         if human_pinned is not None:
             updated.metadata["pinned_message_id"] = human_pinned
         updated.updated_at = utcnow()
@@ -1031,6 +1050,7 @@ class ObservationalMemory:
                 self.extraction_pipeline.persist(updated, custom)
                 chunk.extracted = {k: v for k, v in result.extracted.items() if k in BUILTIN_SLUGS}
             updated.buffered_chunks.append(chunk)
+            add_spend(updated.metadata, "observer", result.usage, result.provider_metadata)
             updated.metadata.pop(_OBSERVATION_FAILED, None)
             await self._commit_quietly(updated, record.version)
 
@@ -1238,6 +1258,7 @@ class ObservationalMemory:
         updated.metadata.pop(_REFLECTION_FAILED, None)
         if result is not None:
             self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
+            add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
         updated.updated_at = utcnow()
         return updated
 
@@ -1365,6 +1386,7 @@ class ObservationalMemory:
                 extracted=extracted, cycle_id=result.cycle_id,
             )
             updated.metadata.pop(_REFLECTION_FAILED, None)
+            add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
             await self._commit_quietly(updated, record.version)
 
     async def _activate_reflection(
@@ -1637,6 +1659,7 @@ class ObservationalMemory:
             step_number=step_number,
             generation_count=record.generation_count,
             tokenizer=self.counter.source,
+            spend=record_spend(record.metadata),
         )
 
     # ------------------------------------------------------------- events

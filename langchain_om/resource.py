@@ -38,6 +38,7 @@ from langchain_core.messages import BaseMessage
 
 from .hooks import Trigger
 from .messages import last_human_index, safe_cut_at_or_after, safe_cut_at_or_before
+from .spend import add_to_record
 from .store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, total_tokens, utcnow
 
 if TYPE_CHECKING:
@@ -225,6 +226,7 @@ async def observe_resource(
         hint_result: Any = None
         for batch, result in done:
             updated.groups.extend(_groups_for_batch(om, record, batch, result, step.thread_id))
+            add_to_record(updated.metadata, "observer", result.usage, result.provider_metadata)
             for piece in batch:
                 last = piece.messages[-1]
                 if last.seq > marks.get(piece.thread_id, 0):

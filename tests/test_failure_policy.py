@@ -57,6 +57,18 @@ class Failing(CallableFake):
         return observer_or_reflector(messages)
 
 
+class WithUsage(Failing):
+    """A ``Failing`` model whose replies carry usage metadata, as real providers' do."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> Any:
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        text = self._call(messages, stop, run_manager, **kwargs)
+        usage = {"input_tokens": 100, "output_tokens": 10, "total_tokens": 110}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(text, usage_metadata=usage))])
+
+
 class AlwaysFailing(CallableFake):
     error: Any = None
 
@@ -294,3 +306,86 @@ def test_reflection_model_errors_do_not_retry_every_compression_level() -> None:
         pass
     assert len(model.prompts) - calls_before <= 1
     _ = OBSERVATION
+
+
+# ---------------------------------------------------------------- backlogs and input caps
+
+
+def _transcript_tokens(om: ObservationalMemory, prompt: list[BaseMessage]) -> int:
+    return om.counter.count_text(str(prompt[-1].content))
+
+
+async def test_a_backlog_larger_than_one_call_is_observed_in_several_in_order() -> None:
+    model = CallableFake(fn=observer_or_reflector)
+    om = make_om(model, observation={"message_tokens": 1200, "buffer_tokens": False, "max_tokens_per_batch": 250})
+    history: list[BaseMessage] = []
+    for history in conversation(14):
+        ctx = await om.aprocess("t1", history)
+        if model.prompts:
+            break
+    assert len(model.prompts) >= 4, "the backlog went to the Observer in several calls"
+    groups = ctx.record.groups
+    assert len(groups) == len(model.prompts)
+    ids = [m.id for m in history]
+    starts = [ids.index(g.start_id) for g in groups]
+    ends = [ids.index(g.end_id) for g in groups]
+    assert starts == sorted(starts) and all(e + 1 == s for e, s in zip(ends, starts[1:], strict=False)), \
+        "consecutive, oldest first, nothing skipped or doubled"
+    for prompt in model.prompts:
+        assert _transcript_tokens(om, prompt) < 250 + 400, "each call holds about one batch"
+
+
+async def test_a_failure_part_way_keeps_the_parts_already_observed() -> None:
+    model = Failing(errors=[None, None, unauthorized])
+    om = make_om(model, observation={"message_tokens": 1200, "buffer_tokens": False, "max_tokens_per_batch": 250})
+    for history in conversation(14):
+        ctx = await om.aprocess("t1", history)
+        if model.prompts:
+            break
+    assert len(model.prompts) == 3
+    assert len(ctx.record.groups) == 2, "two parts committed before the failure"
+    assert ctx.status.observation_error is not None
+
+
+async def test_a_huge_tool_result_is_truncated_for_the_observer_but_counted_in_full() -> None:
+    from langchain_core.messages import ToolMessage
+
+    model = CallableFake(fn=observer_or_reflector)
+    om = make_om(model, observation={"message_tokens": 2000, "buffer_tokens": False})
+    huge = "row " * 50_000
+    history: list[BaseMessage] = [
+        HumanMessage("load the table", id="h0"),
+        AIMessage("", id="a0", tool_calls=[{"name": "load", "args": {}, "id": "c1"}]),
+        ToolMessage(huge, tool_call_id="c1", id="t0"),
+        AIMessage("loaded", id="a1"),
+        HumanMessage("thanks", id="h1"),
+    ]
+    ctx = await om.aprocess("t1", history)
+    assert model.prompts, "the full-size tool result crossed the threshold"
+    with_tool = [str(p[-1].content) for p in model.prompts if "Tool load" in str(p[-1].content)]
+    assert len(with_tool) == 1
+    assert len(with_tool[0]) < 20_000 and "truncated" in with_tool[0], "shown truncated, with a size note"
+    assert ctx.record.observations
+
+
+# ---------------------------------------------------------------- spend
+
+
+async def test_spend_totals_are_kept_per_thread_and_per_process() -> None:
+    from langchain_om.spend import process_spend, reset_process_spend
+
+    reset_process_spend()
+    model = WithUsage(errors=[rate_limited])
+    om = make_om(model)
+    for history in conversation(14):
+        ctx = await om.aprocess("t1", history)
+    observer_calls = len(model.prompts)
+    status = await om.astatus("t1")
+    assert status.spend is not None
+    assert status.spend["observer"]["calls"] == observer_calls - 1, "paid calls that were committed"
+    assert status.spend["observer"]["input_tokens"] == 100 * (observer_calls - 1)
+    assert ctx.status.spend == status.spend
+    totals = process_spend()["observer"]
+    assert totals["calls"] == observer_calls and totals["failed_calls"] == 1
+    other = await om.astatus("t2")
+    assert other.spend is None, "another thread's totals are its own"
