@@ -121,20 +121,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from .demo import DEFAULT_MESSAGE_TOKENS, DEFAULT_OBSERVATION_TOKENS, DEFAULT_THREAD, run_demo
+    from .demo import DEFAULT_MESSAGE_TOKENS, DEFAULT_OBSERVATION_TOKENS, DEFAULT_THREAD, DemoModelError, run_demo
 
-    run_demo(
-        db=args.db or _default_db(),
-        model=args.model,
-        thread_id=args.thread or DEFAULT_THREAD,
-        message_tokens=args.message_tokens or DEFAULT_MESSAGE_TOKENS,
-        observation_tokens=args.observation_tokens or DEFAULT_OBSERVATION_TOKENS,
-        fast=args.fast,
-        max_steps=args.steps,
-        scripted=args.scripted,
-        conversation=args.conversation,
-        console=console,
-    )
+    try:
+        run_demo(
+            db=args.db or _default_db(),
+            model=args.model,
+            thread_id=args.thread or DEFAULT_THREAD,
+            message_tokens=args.message_tokens or DEFAULT_MESSAGE_TOKENS,
+            observation_tokens=args.observation_tokens or DEFAULT_OBSERVATION_TOKENS,
+            fast=args.fast,
+            max_steps=args.steps,
+            scripted=args.scripted,
+            conversation=args.conversation,
+            console=console,
+        )
+    except DemoModelError as exc:  # one line, non-zero exit; the stored steps stay for a rerun
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True, markup=True, highlight=False)
+        return EXIT_ERROR
     return EXIT_OK
 
 

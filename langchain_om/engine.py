@@ -65,6 +65,7 @@ from .events import (
 )
 from .failures import remaining_budget, turn_budget
 from .hooks import HookContext, ObserveHooks, Trigger
+from .leases import lease_name, try_lease, wait_for_lease
 from .messages import (
     dump_message,
     ensure_id,
@@ -626,6 +627,19 @@ class ObservationalMemory:
     async def _observe_sync(
         self, step: _StepState, record: OMRecord, window: Window, *, trigger: Trigger
     ) -> OMRecord:
+        """Observe under the record's ``observe`` lease: one worker at a time pays the Observer."""
+        ttl = float(self.config.failure_policy.lease_ttl) / 1000.0
+        async with wait_for_lease(self.store, lease_name(step.key, "observe"), ttl):
+            latest = await self._load_record(step.resource_id, step.thread_id)
+            if latest.version != record.version:  # another worker observed meanwhile: decide on what is left
+                record, window = latest, await self._window(latest, step.resource_id, step.thread_id)
+                if trigger == "turn-sync" and window.tokens <= self._message_limit(record):
+                    return record
+            return await self._observe_sync_held(step, record, window, trigger=trigger)
+
+    async def _observe_sync_held(
+        self, step: _StepState, record: OMRecord, window: Window, *, trigger: Trigger
+    ) -> OMRecord:
         if self.config.buffering_enabled and record.buffered_chunks:
             record = await self._activate_chunks(step, record, window, list(record.buffered_chunks), "threshold")
             window = await self._window(record, step.resource_id, step.thread_id)
@@ -1010,7 +1024,19 @@ class ObservationalMemory:
         return push
 
     async def _buffer_observation(self, step: _StepState, pending: Sequence[StoredMessage]) -> None:
-        """Observe ``pending`` in the background and stage the result as a chunk."""
+        """Observe ``pending`` in the background and stage the result as a chunk (unless another
+        worker holds the record's ``buffer`` lease: it is buffering the same messages)."""
+        ttl = float(self.config.failure_policy.lease_ttl) / 1000.0
+        async with try_lease(self.store, lease_name(step.key, "buffer"), ttl) as held:
+            if held:
+                record = await self._load_record(step.resource_id, step.thread_id)
+                done = max([record.last_observed_seq.get(step.thread_id, 0),
+                            *[c.end_seq for c in record.buffered_chunks]])
+                pending = [m for m in pending if m.seq > done]
+                if pending:
+                    await self._buffer_observation_held(step, pending)
+
+    async def _buffer_observation_held(self, step: _StepState, pending: Sequence[StoredMessage]) -> None:
         emit = self._background_emit(step.key)
         lc = [self._as_langchain(step.resource_id, m) for m in pending]
         cut = safe_cut_at_or_before(lc, len(lc))
