@@ -145,6 +145,20 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
 # -------------------------------------------------------------------- inspect
 
 
+def _spend_line(spend: dict[str, Any] | None) -> str:
+    """``observer: 12 calls, 40,120 in / 3,020 out tokens; reflector: ...`` (running totals of the record)."""
+    if not spend:
+        return "none yet"
+    parts = []
+    for role, totals in spend.items():
+        text = (f"{role}: {int(totals.get('calls', 0))} calls, {int(totals.get('input_tokens', 0)):,} in / "
+                f"{int(totals.get('output_tokens', 0)):,} out tokens")
+        if totals.get("cost") is not None:
+            text += f", cost {float(totals['cost']):.4f}"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> int:
     from .demo import THRESHOLDS_KEY
     from .engine import ObservationalMemory
@@ -204,6 +218,7 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
                  f"{buffered.reflection.input_observation_tokens} -> {buffered.reflection.observation_tokens} tokens "
                  f"({buffered.reflection.status})")
     head.add_row("tokenizer", str(status.tokenizer))
+    head.add_row("OM model spend", _spend_line(status.spend))
     head.add_row("current task", record.current_task or "-")
     head.add_row("suggested response", record.suggested_response or "-")
     console.print(head)
