@@ -65,7 +65,7 @@ from .events import (
 )
 from .failures import remaining_budget, turn_budget
 from .hooks import HookContext, ObserveHooks, Trigger
-from .leases import lease_name, try_lease, wait_for_lease
+from .leases import is_free, lease_name, try_lease, wait_for_lease, wait_until_free
 from .messages import (
     dump_message,
     ensure_id,
@@ -629,6 +629,8 @@ class ObservationalMemory:
     ) -> OMRecord:
         """Observe under the record's ``observe`` lease: one worker at a time pays the Observer."""
         ttl = float(self.config.failure_policy.lease_ttl) / 1000.0
+        if self.config.buffering_enabled and not self._tasks.running(step.key, "observe"):
+            await wait_until_free(self.store, lease_name(step.key, "buffer"), ttl)  # another worker's chunk
         async with wait_for_lease(self.store, lease_name(step.key, "observe"), ttl):
             latest = await self._load_record(step.resource_id, step.thread_id)
             if latest.version != record.version:  # another worker observed meanwhile: decide on what is left
@@ -1028,7 +1030,8 @@ class ObservationalMemory:
         worker holds the record's ``buffer`` lease: it is buffering the same messages)."""
         ttl = float(self.config.failure_policy.lease_ttl) / 1000.0
         async with try_lease(self.store, lease_name(step.key, "buffer"), ttl) as held:
-            if held:
+            # a synchronous observation running elsewhere takes these messages: do not pay twice
+            if held and await is_free(self.store, lease_name(step.key, "observe")):
                 record = await self._load_record(step.resource_id, step.thread_id)
                 done = max([record.last_observed_seq.get(step.thread_id, 0),
                             *[c.end_seq for c in record.buffered_chunks]])

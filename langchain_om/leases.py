@@ -91,5 +91,17 @@ async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
             await _release(store, name, owner)
 
 
+async def is_free(store: Any, name: str) -> bool:
+    """Whether nobody holds ``name`` right now (taken and given back at once; a hint, not a hold)."""
+    async with try_lease(store, name, 5.0) as held:
+        return held
+
+
+async def wait_until_free(store: Any, name: str, ttl_s: float) -> None:
+    """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``."""
+    async with wait_for_lease(store, name, ttl_s):
+        pass
+
+
 def lease_name(record_key: str, purpose: str) -> str:
     return f"{purpose}:{record_key}"
