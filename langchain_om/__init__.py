@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from . import events
 from .callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
-from .config import ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
+from .config import FailurePolicyConfig, ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext
 from .extractors import Extractor
+from .failures import OMObservationError
 from .graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
 from .history import ObservationalChatMessageHistory
 from .hooks import HookContext, ObserveHooks
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "OM_CONTEXT_MESSAGE_ID",
     "Extractor",
+    "FailurePolicyConfig",
     "HookContext",
     "InMemoryStore",
     "ModelByInputTokens",
@@ -40,6 +42,7 @@ __all__ = [
     "OMContext",
     "OMEventHandler",
     "OMModelError",
+    "OMObservationError",
     "OMRecord",
     "OMStore",
     "ObservationConfig",
