@@ -35,11 +35,12 @@ async def _try(store: Any, name: str, owner: str, ttl_s: float) -> bool:
     if hasattr(store, "atry_lease"):
         return bool(await store.atry_lease(name, owner, ttl_s))
     now = time.monotonic()
+    key = f"{id(store)}:{name}"  # in-process leases are per store object, like the data they guard
     with _local_lock:
-        held = _local.get(name)
+        held = _local.get(key)
         if held is not None and held[0] != owner and held[1] > now:
             return False
-        _local[name] = (owner, now + ttl_s)
+        _local[key] = (owner, now + ttl_s)
         return True
 
 
@@ -47,10 +48,11 @@ async def _release(store: Any, name: str, owner: str) -> None:
     if hasattr(store, "arelease_lease"):
         await store.arelease_lease(name, owner)
         return
+    key = f"{id(store)}:{name}"
     with _local_lock:
-        held = _local.get(name)
+        held = _local.get(key)
         if held is not None and held[0] == owner:
-            del _local[name]
+            del _local[key]
 
 
 @asynccontextmanager
