@@ -176,6 +176,10 @@ class FailureLog:
     def __init__(self) -> None:
         self._seen: set[str] = set()
 
+    def reset(self) -> None:
+        """Forget what was reported (after fixing a key, or between tests)."""
+        self._seen.clear()
+
     def report(self, role: str, model: str, exc: BaseException, kind: ErrorKind) -> None:
         key = f"{role}\x1f{model}\x1f{type(exc).__name__}\x1f{str(exc)[:200]}"
         if kind == "permanent" and key in self._seen:

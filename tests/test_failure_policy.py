@@ -206,6 +206,9 @@ async def test_retries_are_bounded_by_max_retries() -> None:
 
 
 async def test_a_permanent_error_is_not_retried_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    from langchain_om.failures import FAILURE_LOG
+
+    FAILURE_LOG.reset()  # reported once per process: start from a process that has seen nothing
     model = AlwaysFailing(error=unauthorized)
     om = make_om(model)
     steps_past_threshold = 0
