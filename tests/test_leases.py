@@ -87,3 +87,13 @@ async def test_a_dead_workers_lease_expires_and_the_work_is_done_once(tmp_path: 
     assert time.monotonic() - started >= 0.3, "it waited for the dead worker's lease"
     assert len(model.prompts) == 1 and ctx.record.groups, "then observed, once"
     await store.aclose()
+
+
+def test_the_spend_benchmark_runs_and_two_processes_send_each_turn_once(tmp_path: Any) -> None:
+    from benchmarks.observer_spend import measure
+
+    row = measure(f"sqlite:{tmp_path / 'spend.db'}", workers=2, turns=10, delay=0.0, buffering=False)
+    assert row["stored_messages"] == 20
+    assert row["observer_calls"] >= 1 and row["observer_input_tokens"] > 0
+    assert row["max_sends_of_one_turn"] == 1, "two worker processes never paid twice for one message"
+    assert row["input_tokens_per_1k_conversation_tokens"] > 0
