@@ -24,24 +24,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .config import OMConfig, OMConfigError
-from .models import ModelWithRetries, normalize_model_string
+from .models import PROVIDER_KEYS, ModelWithRetries, normalize_model_string
 
-# provider -> environment variables, any one of which holds the API key
-PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
-    "azure_openai": ("AZURE_OPENAI_API_KEY",),
-    "mistralai": ("MISTRAL_API_KEY",),
-    "groq": ("GROQ_API_KEY",),
-    "xai": ("XAI_API_KEY",),
-    "deepseek": ("DEEPSEEK_API_KEY",),
-    "fireworks": ("FIREWORKS_API_KEY",),
-    "together": ("TOGETHER_API_KEY",),
-    "cohere": ("COHERE_API_KEY",),
-    "perplexity": ("PPLX_API_KEY", "PERPLEXITY_API_KEY"),
-    "openrouter": ("OPENROUTER_API_KEY",),
-}
 # option names through which a key can be passed instead of the environment
 _KEY_OPTIONS = ("api_key", "openai_api_key", "google_api_key", "anthropic_api_key", "azure_ad_token",
                 "azure_ad_token_provider", "credentials")

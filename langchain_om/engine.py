@@ -797,7 +797,9 @@ class ObservationalMemory:
             await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in, str(exc), buffering)
             raise OMAborted(f"observer model selection failed: {exc}") from exc
         except Exception as exc:
-            logger.warning("langchain-om observation failed: %s", exc)
+            # a model failure was logged where it happened (once, if permanent); others say it here
+            (logger.debug if isinstance(exc, OMModelError) else logger.warning)(
+                "langchain-om observation failed: %s", failure_policy.failure_reason(exc))
             await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in,
                                      failure_policy.failure_reason(exc), buffering)
             if not buffering:
@@ -1350,7 +1352,8 @@ class ObservationalMemory:
                 raise OMAborted(f"reflector model selection failed: {exc}") from exc
             except Exception as exc:
                 last_error = failure_policy.failure_reason(exc)
-                logger.warning("langchain-om reflection attempt %d failed: %s", level, exc)
+                (logger.debug if isinstance(exc, OMModelError) else logger.warning)(
+                    "langchain-om reflection attempt %d failed: %s", level, last_error)
                 if isinstance(exc, OMModelError):
                     break  # the model itself failed (retries are spent): another level would pay again
                 continue

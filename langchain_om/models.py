@@ -65,6 +65,22 @@ RETRY_BACKOFF_S = float(os.environ.get("LANGCHAIN_OM_RETRY_BACKOFF_S", "0.25"))
 """Base of the exponential backoff between retries of one model (doubles each retry, capped at 4s)."""
 
 _GOOGLE_PROVIDERS = {"google_genai", "google_vertexai"}
+PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+    "azure_openai": ("AZURE_OPENAI_API_KEY",),
+    "mistralai": ("MISTRAL_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+    "xai": ("XAI_API_KEY",),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+    "fireworks": ("FIREWORKS_API_KEY",),
+    "together": ("TOGETHER_API_KEY",),
+    "cohere": ("COHERE_API_KEY",),
+    "perplexity": ("PPLX_API_KEY", "PERPLEXITY_API_KEY"),
+    "openrouter": ("OPENROUTER_API_KEY",),
+}
+"""provider -> environment variables, any one of which holds its API key."""
 _PROVIDER_ALIASES = {
     "google": "google_genai",
     "gemini": "google_genai",
@@ -236,9 +252,15 @@ def _model_from_string(
             f"cannot load model {spec!r} ({normalized}): the provider package is not installed: {exc}"
         ) from exc
     except Exception as exc:
+        provider = normalized.split(":", 1)[0] if ":" in normalized else ""
+        keys = PROVIDER_KEYS.get(provider, ())
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if keys and not any(os.environ.get(k) for k in keys):
+            hint = f"no API key: set {' or '.join(keys)}"
+        else:
+            hint = "is the provider's API key set and valid?"
         raise RuntimeError(
-            f"cannot create model {spec!r} ({normalized}): {type(exc).__name__}: {exc}. "
-            "Is the provider's API key set (e.g. GOOGLE_API_KEY, OPENAI_API_KEY)?"
+            f"cannot create model {spec!r} ({normalized}): {hint} ({type(exc).__name__}: {first})"
         ) from exc
     if not isinstance(model, BaseChatModel):  # pragma: no cover - configurable models are not requested
         raise ModelSelectionError(f"model {spec!r} did not resolve to a chat model")

@@ -392,3 +392,24 @@ async def test_spend_totals_are_kept_per_thread_and_per_process() -> None:
     assert totals["calls"] == observer_calls and totals["failed_calls"] == 1
     other = await om.astatus("t2")
     assert other.spend is None, "another thread's totals are its own"
+
+
+async def test_the_default_model_without_a_key_fails_on_its_first_call_and_is_reported_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from langchain_om.failures import FAILURE_LOG
+
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    FAILURE_LOG.reset()
+    om = ObservationalMemory(InMemoryStore(), observation={"message_tokens": 300, "buffer_tokens": False},
+                             token_counter="estimator")  # the default model: constructs without a key
+    failed_steps = 0
+    with caplog.at_level(logging.WARNING, logger="langchain_om"):
+        for history in conversation(10):
+            ctx = await om.aprocess("t1", history)
+            failed_steps += ctx.status.observation_error is not None
+    assert failed_steps >= 3
+    assert "GOOGLE_API_KEY" in (ctx.status.observation_error or "")
+    reported = [r for r in caplog.records if r.levelno >= logging.ERROR and "gemini" in r.getMessage()]
+    assert len(reported) == 1, "once, not on every step"
