@@ -341,8 +341,9 @@ class FailurePolicyConfig(_Strict):
     # "continue") or the step raises (on "raise") while the Observer is failing; None derives it
     # from observation.block_after (twice its token count).
     hard_ceiling: int | None = Field(default=None, ge=1)
-    # How long a worker's claim on a record's observation cycle lasts if it dies holding it.
-    lease_ttl: Any = 120_000.0
+    # How long a worker's claim on a record's observation cycle outlives the worker if it dies
+    # holding it (a live holder renews it every third of this).
+    lease_ttl: Any = 10_000.0
 
     @field_validator("backoff", "max_backoff", "lease_ttl", mode="before")
     @classmethod

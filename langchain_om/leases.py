@@ -7,8 +7,9 @@ duplicate was paid for. Before a synchronous observation a worker now takes the 
 then reloads the record and observes only what is still unobserved, usually nothing. Background
 buffering takes the ``buffer`` lease without waiting: if another worker is buffering, it skips.
 
-Leases are rows with an expiry (SQLite and PostgreSQL, schema migration 2): a worker that dies
-holding one loses it after ``failure_policy.lease_ttl`` and the work is redone once. A store
+Leases are rows with an expiry (SQLite and PostgreSQL, schema migration 2), renewed by a
+heartbeat every third of ``failure_policy.lease_ttl`` while held: a worker that dies holding
+one loses it within that ttl and the work is redone once. A store
 without ``atry_lease`` / ``arelease_lease`` (the in-memory store, custom stores) gets an
 in-process lease, which is all a process-local store needs.
 """
@@ -55,6 +56,34 @@ async def _release(store: Any, name: str, owner: str) -> None:
             del _local[key]
 
 
+async def _heartbeat(store: Any, name: str, owner: str, ttl_s: float) -> None:
+    """Renew a held lease every third of its ttl, so a live holder keeps it through a long
+    Observer call while a dead one (no heartbeat) loses it within one ttl."""
+    while True:
+        await asyncio.sleep(ttl_s / 3)
+        try:
+            if not await _try(store, name, owner, ttl_s):
+                return  # lost it (expired and taken): the record's compare-and-swap still guards the log
+        except Exception:
+            return
+
+
+@asynccontextmanager
+async def _held(store: Any, name: str, owner: str, ttl_s: float, acquired: bool) -> AsyncIterator[None]:
+    beat = asyncio.ensure_future(_heartbeat(store, name, owner, ttl_s)) if acquired else None
+    try:
+        yield
+    finally:
+        if beat is not None:
+            beat.cancel()
+            try:
+                await beat
+            except asyncio.CancelledError:
+                pass
+        if acquired:
+            await _release(store, name, owner)
+
+
 @asynccontextmanager
 async def wait_for_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
     """Hold the lease ``name`` for the block; yields whether another worker held it first.
@@ -74,11 +103,8 @@ async def wait_for_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[b
         pause = random.uniform(*_POLL_S)
         await asyncio.sleep(pause if left is None else min(pause, left))
         acquired = await _try(store, name, owner, ttl_s)
-    try:
+    async with _held(store, name, owner, ttl_s, acquired):
         yield waited
-    finally:
-        if acquired:
-            await _release(store, name, owner)
 
 
 @asynccontextmanager
@@ -86,11 +112,8 @@ async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
     """Hold the lease ``name`` for the block if it is free; yields whether it was taken."""
     owner = uuid.uuid4().hex
     acquired = await _try(store, name, owner, ttl_s)
-    try:
+    async with _held(store, name, owner, ttl_s, acquired):
         yield acquired
-    finally:
-        if acquired:
-            await _release(store, name, owner)
 
 
 async def is_free(store: Any, name: str) -> bool:

@@ -97,3 +97,17 @@ def test_the_spend_benchmark_runs_and_two_processes_send_each_turn_once(tmp_path
     assert row["observer_calls"] >= 1 and row["observer_input_tokens"] > 0
     assert row["max_sends_of_one_turn"] == 1, "two worker processes never paid twice for one message"
     assert row["input_tokens_per_1k_conversation_tokens"] > 0
+
+
+async def test_a_live_holder_keeps_its_lease_past_the_ttl(tmp_path: Any) -> None:
+    from langchain_om.leases import wait_for_lease
+    from langchain_om.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "om.db")
+    await store.asetup()
+    name = lease_name("r1:t1", "observe")
+    async with wait_for_lease(store, name, 0.3):
+        await asyncio.sleep(0.9)  # three ttls: the heartbeat renewed it
+        assert not await _try(store, name, "other", 0.3)
+    assert await _try(store, name, "other", 0.3), "released on exit"
+    await store.aclose()
