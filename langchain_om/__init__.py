@@ -12,10 +12,11 @@ from __future__ import annotations
 from . import events
 from .branches import ForeignResourceError
 from .callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
-from .config import ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
+from .config import FailurePolicyConfig, ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext
 from .extractors import Extractor
+from .failures import OMObservationError
 from .graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
 from .history import ObservationalChatMessageHistory
 from .hooks import HookContext, ObserveHooks
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "OM_CONTEXT_MESSAGE_ID",
     "Extractor",
+    "FailurePolicyConfig",
     "ForeignResourceError",
     "HookContext",
     "InMemoryStore",
@@ -42,6 +44,7 @@ __all__ = [
     "OMContext",
     "OMEventHandler",
     "OMModelError",
+    "OMObservationError",
     "OMRecord",
     "OMStore",
     "ObservationConfig",

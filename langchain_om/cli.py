@@ -178,26 +178,43 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from .demo import DEFAULT_MESSAGE_TOKENS, DEFAULT_OBSERVATION_TOKENS, DEFAULT_THREAD, run_demo
+    from .demo import DEFAULT_MESSAGE_TOKENS, DEFAULT_OBSERVATION_TOKENS, DEFAULT_THREAD, DemoModelError, run_demo
 
     db = args.db or _default_db()
     check_db_path(db, must_exist=False, writable=True)
-    run_demo(
-        db=db,
-        model=args.model,
-        thread_id=args.thread if args.thread is not None else DEFAULT_THREAD,
-        message_tokens=args.message_tokens or DEFAULT_MESSAGE_TOKENS,
-        observation_tokens=args.observation_tokens or DEFAULT_OBSERVATION_TOKENS,
-        fast=args.fast,
-        max_steps=args.steps,
-        scripted=args.scripted,
-        conversation=args.conversation,
-        console=console,
-    )
+    try:
+        run_demo(
+            db=db,
+            model=args.model,
+            thread_id=args.thread if args.thread is not None else DEFAULT_THREAD,
+            message_tokens=args.message_tokens or DEFAULT_MESSAGE_TOKENS,
+            observation_tokens=args.observation_tokens or DEFAULT_OBSERVATION_TOKENS,
+            fast=args.fast,
+            max_steps=args.steps,
+            scripted=args.scripted,
+            conversation=args.conversation,
+            console=console,
+        )
+    except DemoModelError as exc:  # one line, non-zero exit; the stored steps stay for a rerun
+        return _error(str(exc))
     return EXIT_OK
 
 
 # -------------------------------------------------------------------- inspect
+
+
+def _spend_line(spend: dict[str, Any] | None) -> str:
+    """``observer: 12 calls, 40,120 in / 3,020 out tokens; reflector: ...`` (running totals of the record)."""
+    if not spend:
+        return "none yet"
+    parts = []
+    for role, totals in spend.items():
+        text = (f"{role}: {int(totals.get('calls', 0))} calls, {int(totals.get('input_tokens', 0)):,} in / "
+                f"{int(totals.get('output_tokens', 0)):,} out tokens")
+        if totals.get("cost") is not None:
+            text += f", cost {float(totals['cost']):.4f}"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> int:
@@ -279,6 +296,7 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
                  f"{buffered.reflection.input_observation_tokens} -> {buffered.reflection.observation_tokens} tokens "
                  f"({buffered.reflection.status})")
     head.add_row("tokenizer", str(status.tokenizer))
+    head.add_row("OM model spend", _spend_line(status.spend))
     head.add_row("current task", record.current_task or "-")
     head.add_row("suggested response", record.suggested_response or "-")
     console.print(head)

@@ -337,6 +337,53 @@ class ReflectionConfig(_Strict):
         return int(self.observation_tokens * self.buffer_activation)
 
 
+class FailurePolicyConfig(_Strict):
+    """What OM does when its own model calls fail (``failure_policy=`` option).
+
+    OM's Observer / Reflector are paid, flaky services. Transient errors (429, 5xx, timeouts,
+    connection resets) are retried ``max_retries`` times with exponential backoff and full jitter;
+    permanent ones (auth, bad request, missing key) are never retried. Then ``on_failure`` applies:
+    ``"continue"`` (default, for a live agent) lets the step go on without observing (the status
+    carries ``observation_error`` and a ``data-om-observation-failed`` event is emitted);
+    ``"raise"`` raises ``OMObservationError`` to the caller.
+    """
+
+    on_failure: Literal["continue", "raise"] = "continue"
+    max_retries: int = Field(default=2, ge=0, le=10)
+    backoff: Any = 500.0
+    max_backoff: Any = 8000.0
+    # Wall-clock budget for OM's model calls inside one turn (ms, "30s", or false = unbounded).
+    turn_budget: Any = 60_000.0
+    # Unobserved tokens past which the agent's context is trimmed to the newest messages (on
+    # "continue") or the step raises (on "raise") while the Observer is failing; None derives it
+    # from observation.block_after (twice its token count).
+    hard_ceiling: int | None = Field(default=None, ge=1)
+    # How long a worker's claim on a record's observation cycle outlives the worker if it dies
+    # holding it (a live holder renews it every third of this).
+    lease_ttl: Any = 10_000.0
+
+    @field_validator("backoff", "max_backoff", "lease_ttl", mode="before")
+    @classmethod
+    def _durations(cls, v: Any, info: Any) -> Any:
+        parsed = parse_duration(v, f"failure_policy.{info.field_name}")
+        if parsed is None or parsed is False or parsed == "auto":
+            raise OMConfigError(f"failure_policy.{info.field_name}", "expected a duration (ms, '500ms', '2s')")
+        return parsed
+
+    @field_validator("turn_budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> Any:
+        parsed = parse_duration(v, "failure_policy.turn_budget")
+        if parsed is False or parsed is None:
+            return False
+        if parsed == "auto" or parsed <= 0:
+            raise OMConfigError("failure_policy.turn_budget", "expected a positive duration (ms, '30s') or false")
+        return parsed
+
+    def turn_budget_s(self) -> float | None:
+        return None if self.turn_budget is False else float(self.turn_budget) / 1000.0
+
+
 class RetrievalConfig(_Strict):
     """The ``recall`` tool: browsing (and optionally searching) the raw messages behind observations.
 
@@ -406,6 +453,7 @@ class OMConfig(_Strict):
     obscure_thread_ids: bool = False
     token_counter: Any = "auto"
     hooks: Any = None
+    failure_policy: FailurePolicyConfig = Field(default_factory=FailurePolicyConfig)
     on_debug_event: Callable[..., Any] | None = None
 
     @classmethod
@@ -433,6 +481,10 @@ class OMConfig(_Strict):
         if options["activate_after_idle"] is None:
             options["activate_after_idle"] = False
         options["model"] = _check_model_spec(options.get("model"), "model")
+        policy = options.get("failure_policy")
+        if isinstance(policy, str):
+            policy = {"on_failure": policy}
+        options["failure_policy"] = _coerce(FailurePolicyConfig, policy, "failure_policy")
         try:
             config = cls(**options)
         except OMConfigError:
@@ -534,6 +586,13 @@ class OMConfig(_Strict):
         if max_output is None and self.uses_default_model(which):
             max_output = DEFAULT_MAX_OUTPUT_TOKENS
         return ModelSettings(temperature=temperature, max_output_tokens=max_output)
+
+    def hard_ceiling_tokens(self) -> int:
+        """Unobserved tokens the agent's context may hold while the Observer is failing."""
+        own = self.failure_policy.hard_ceiling
+        if own is not None:
+            return own
+        return 2 * max(self.observation.block_after_tokens(), self.observation.message_tokens)
 
     def marker_config(self) -> dict[str, Any]:
         return {

@@ -34,6 +34,8 @@ from rich.table import Table
 from .cli_hints import inspect_command
 from .engine import ObservationalMemory
 from .events import OMEvent
+from .failure_policy import failure_reason
+from .failures import OMObservationError
 from .messages import TIMESTAMP_KEY
 from .models import normalize_model_string
 from .store.base import implicit_resource, total_tokens
@@ -56,6 +58,19 @@ API_KEY_MODELS: tuple[tuple[str, str], ...] = (
 THRESHOLDS_KEY = "om_thresholds"
 """Thread metadata key holding the thresholds a writer used (read by ``langchain-om inspect``)."""
 _ROLES = {"user", "assistant", "tool"}
+
+
+class DemoModelError(RuntimeError):
+    """OM's model calls failed during the replay; the demo stops at that step (one-line reason).
+
+    The steps before it stay stored and observed, so a rerun on the same database continues."""
+
+    def __init__(self, step: int, total: int, reason: str) -> None:
+        self.step = step
+        self.total = total
+        self.reason = reason
+        super().__init__(f"OM's model failed at step {step} of {total}: {reason} "
+                         "(fix the model or key and rerun to continue)")
 
 
 class DemoDataError(ValueError):
@@ -280,6 +295,7 @@ async def arun_demo(
         observation={"message_tokens": message_tokens},
         reflection={"observation_tokens": observation_tokens},
         on_debug_event=seen.append,
+        failure_policy="raise",  # a demo that cannot observe has nothing to show: stop at the first failure
     )
     started = time.perf_counter()
     try:
@@ -347,9 +363,15 @@ async def _replay(
         for index in range(resume, end):
             step_messages = steps[index]
             moment = _timestamp(step_messages[-1])
-            await om.aprocess(thread_id, step_messages, now=moment)
+            try:
+                await om.aprocess(thread_id, step_messages, now=moment)
+            except OMObservationError as exc:
+                raise DemoModelError(index + 1, len(steps), failure_reason(exc.cause or exc)) from exc
             # The agent's own model call would take a while here; let background buffering finish.
             await om.await_background(thread_id)
+            failed = next((e for e in seen if e.type == "data-om-buffering-failed"), None)
+            if failed is not None:
+                raise DemoModelError(index + 1, len(steps), str(getattr(failed.data, "error", "buffering failed")))
             status = await om.astatus(thread_id)
             active = status.windows.active
             row = DemoStep(index=index + 1, messages_tokens=active.messages.tokens,

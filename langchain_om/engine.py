@@ -24,13 +24,16 @@ from typing import Any, Literal, TypeVar
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
+from . import failure_policy
 from . import observer as observer_mod
 from . import reflector as reflector_mod
 from ._loop import LoopThread
+from .backlog import split_backlog
 from .branches import adelete_branches, branch_root
 from .buffering import BackgroundTasks, idle_ttl_ms, ms_between, projected_removal, select_chunks
 from .config import OMConfig, OMConfigError
 from .context import context_message, render_context
+from .credentials import check_model_strings
 from .events import (
     ActivationData,
     ActivationEvent,
@@ -61,6 +64,7 @@ from .events import (
     WindowUsage,
     iso_now,
 )
+from .failures import remaining_budget, turn_budget
 from .hooks import HookContext, ObserveHooks, Trigger
 from .inputs import (
     Instructions,
@@ -71,6 +75,7 @@ from .inputs import (
     message_fingerprint,
     sort_inputs,
 )
+from .leases import is_free, lease_name, try_lease, wait_for_lease, wait_until_free
 from .messages import (
     dump_message,
     ensure_id,
@@ -80,8 +85,10 @@ from .messages import (
     safe_cut_at_or_before,
     same_model,
 )
-from .models import ModelSelectionError, acall_om_model, model_supports_images
+from .models import ModelSelectionError, OMModelError, acall_om_model, model_supports_images
 from .oversize import warn_oversized
+from .spend import add_to_record as add_spend
+from .spend import record_spend
 from .store.base import (
     BufferedChunk,
     BufferedReflection,
@@ -268,6 +275,7 @@ class ObservationalMemory:
         enabled: bool = True,
         clock: Callable[[], datetime] | None = None,
         working_memory: Any = None,
+        failure_policy: Any = None,
     ) -> None:
         self.config = OMConfig.build(
             enabled=enabled,
@@ -283,7 +291,9 @@ class ObservationalMemory:
             obscure_thread_ids=obscure_thread_ids,
             token_counter=token_counter,
             on_debug_event=on_debug_event,
+            failure_policy=failure_policy,
         )
+        check_model_strings(self.config)  # a missing key or package fails here, not on every step
         self.hooks = ObserveHooks.coerce(hooks)
         if store is None:
             from .store import default_store
@@ -668,7 +678,8 @@ class ObservationalMemory:
             window_before = await self._window(record, resource, thread_id)
             if self.config.enabled:
                 try:
-                    record = await self._run_thresholds(step, record, run)
+                    with turn_budget(self.config.failure_policy.turn_budget_s()):
+                        record = await self._run_thresholds(step, record, run)
                 except OMAborted as exc:
                     aborted = str(exc)
                     record = await self._load_record(resource, thread_id)
@@ -681,6 +692,9 @@ class ObservationalMemory:
             if closes_step:
                 step.events.insert(0, StatusEvent(data=status))
             context = await self._build_context(record, window, resource, thread_id, status)
+            if closes_step:
+                failure_policy.apply_to_context(self, context, step.events)
+                step.events[0] = StatusEvent(data=context.status)
             if self.config.enabled and closes_step and aborted is None:
                 self._schedule_background(step, record, window)
         context.events = step.events
@@ -762,6 +776,21 @@ class ObservationalMemory:
     async def _observe_sync(
         self, step: _StepState, record: OMRecord, window: Window, *, trigger: Trigger
     ) -> OMRecord:
+        """Observe under the record's ``observe`` lease: one worker at a time pays the Observer."""
+        ttl = float(self.config.failure_policy.lease_ttl) / 1000.0
+        if self.config.buffering_enabled and not self._tasks.running(step.key, "observe"):
+            await wait_until_free(self.store, lease_name(step.key, "buffer"), ttl)  # another worker's chunk
+        async with wait_for_lease(self.store, lease_name(step.key, "observe"), ttl):
+            latest = await self._load_record(step.resource_id, step.thread_id)
+            if latest.version != record.version:  # another worker observed meanwhile: decide on what is left
+                record, window = latest, await self._window(latest, step.resource_id, step.thread_id)
+                if trigger == "turn-sync" and window.tokens <= self._message_limit(record):
+                    return record
+            return await self._observe_sync_held(step, record, window, trigger=trigger)
+
+    async def _observe_sync_held(
+        self, step: _StepState, record: OMRecord, window: Window, *, trigger: Trigger
+    ) -> OMRecord:
         if self.config.buffering_enabled and record.buffered_chunks:
             ready = self._activatable(step.resource_id, step.thread_id, window, record.buffered_chunks)
             record = await self._activate_chunks(step, record, window, ready, "threshold")
@@ -774,12 +803,28 @@ class ObservationalMemory:
         cut = self._sync_cut(lc, [m.tokens for m in window])
         if cut <= 0:
             return record
-        chosen: Sequence[StoredMessage] = window[:cut]
-        pinned = pinned_row(lc, window, cut)
+        # a backlog larger than one Observer call is observed in several, oldest first; the newest
+        # human message is pinned by the part that takes it
+        human = pinned_row(lc, window, cut)
+        parts = split_backlog(self, step.resource_id, window[:cut], step.thread_id)
+        for index, part in enumerate(parts):
+            if index and remaining_budget() == 0:
+                break  # the turn's budget is spent: the rest waits for the next step
+            pinned = human if human is not None and part[0].seq <= human.seq <= part[-1].seq else None
+            record, observed = await self._observe_part(step, record, part, pinned, trigger)
+            if not observed:
+                break
+        return record
+
+    async def _observe_part(
+        self, step: _StepState, record: OMRecord, chosen: Sequence[StoredMessage], pinned: StoredMessage | None,
+        trigger: Trigger,
+    ) -> tuple[OMRecord, bool]:
+        """Observe and commit ``chosen``; returns the latest record and whether the Observer succeeded."""
         for _attempt in range(_MAX_COMMIT_RETRIES):
             result = await self._observe_messages(step, record, {step.thread_id: chosen}, trigger=trigger)
             if result is None:
-                return record
+                return record, False
             updated = self._apply_observation(record, step.thread_id, chosen, result, human_pinned=pinned)
             updated.metadata.pop(_OBSERVATION_FAILED, None)
             try:
@@ -788,14 +833,14 @@ class ObservationalMemory:
                 )
             except RecordConflictError:
                 record = await self._load_record(step.resource_id, step.thread_id)
-                window = await self._window(record, step.resource_id, step.thread_id)
+                await self._window(record, step.resource_id, step.thread_id)
                 chosen = [m for m in chosen if m.seq > record.last_observed_seq.get(step.thread_id, 0)]
                 if not chosen:
-                    return record
+                    return record, True
                 continue
             await self._after_observation(step, committed, result)
-            return committed
-        return record
+            return committed, True
+        return record, True
 
     def _apply_observation(
         self,
@@ -827,6 +872,7 @@ class ObservationalMemory:
             c for c in updated.buffered_chunks if c.thread_id != thread_id or c.start_seq > chosen[-1].seq
         ]
         self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
+        add_spend(updated.metadata, "observer", result.usage, result.provider_metadata)
         if human_pinned is not None:
             pin_message(updated.metadata, human_pinned)
         updated.updated_at = utcnow()
@@ -903,9 +949,13 @@ class ObservationalMemory:
             await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in, str(exc), buffering)
             raise OMAborted(f"observer model selection failed: {exc}") from exc
         except Exception as exc:
-            logger.warning("langchain-om observation failed: %s", exc)
+            # a model failure was logged where it happened (once, if permanent); others say it here
+            (logger.debug if isinstance(exc, OMModelError) else logger.warning)(
+                "langchain-om observation failed: %s", failure_policy.failure_reason(exc))
             await self._cycle_failed(push, hook_ctx, record, step, cycle_id, started, tokens_in,
-                                     f"{type(exc).__name__}: {exc}", buffering)
+                                     failure_policy.failure_reason(exc), buffering)
+            if not buffering:
+                failure_policy.raise_if_configured(self, exc)
             return None
         result.cycle_id = cycle_id
         duration = (time.perf_counter() - started) * 1000
@@ -1031,6 +1081,9 @@ class ObservationalMemory:
             settings=self.config.model_settings("observation"),
             provider_options=self.config.observation.provider_options,
             timeout_s=self.config.observation.model_timeout_s(),
+            default_retries=self.config.failure_policy.max_retries,
+            backoff_s=float(self.config.failure_policy.backoff) / 1000.0,
+            max_backoff_s=float(self.config.failure_policy.max_backoff) / 1000.0,
             context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                      "input_tokens": input_tokens, "memory": self, "role": "observer"},
         )
@@ -1136,7 +1189,20 @@ class ObservationalMemory:
         return push
 
     async def _buffer_observation(self, step: _StepState, pending: Sequence[StoredMessage]) -> None:
-        """Observe ``pending`` in the background and stage the result as a chunk."""
+        """Observe ``pending`` in the background and stage the result as a chunk (unless another
+        worker holds the record's ``buffer`` lease: it is buffering the same messages)."""
+        ttl = float(self.config.failure_policy.lease_ttl) / 1000.0
+        async with try_lease(self.store, lease_name(step.key, "buffer"), ttl) as held:
+            # a synchronous observation running elsewhere takes these messages: do not pay twice
+            if held and await is_free(self.store, lease_name(step.key, "observe")):
+                record = await self._load_record(step.resource_id, step.thread_id)
+                done = max([record.last_observed_seq.get(step.thread_id, 0),
+                            *[c.end_seq for c in record.buffered_chunks]])
+                pending = [m for m in pending if m.seq > done]
+                if pending:
+                    await self._buffer_observation_held(step, pending)
+
+    async def _buffer_observation_held(self, step: _StepState, pending: Sequence[StoredMessage]) -> None:
         emit = self._background_emit(step.key)
         lc = [self._as_langchain(step.resource_id, m) for m in pending]
         cut = safe_cut_at_or_before(lc, len(lc))
@@ -1176,6 +1242,7 @@ class ObservationalMemory:
                 self.extraction_pipeline.persist(updated, custom)
                 chunk.extracted = {k: v for k, v in result.extracted.items() if k in BUILTIN_SLUGS}
             updated.buffered_chunks.append(chunk)
+            add_spend(updated.metadata, "observer", result.usage, result.provider_metadata)
             updated.metadata.pop(_OBSERVATION_FAILED, None)
             await self._commit_quietly(updated, record.version)
 
@@ -1384,6 +1451,7 @@ class ObservationalMemory:
         updated.metadata.pop(_REFLECTION_FAILED, None)
         if result is not None:
             self._apply_hints(updated, result.current_task, result.suggested_response, result.extracted)
+            add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
         updated.updated_at = utcnow()
         return updated
 
@@ -1432,6 +1500,9 @@ class ObservationalMemory:
                     settings=self.config.model_settings("reflection"),
                     provider_options=self.config.reflection.provider_options,
                     timeout_s=self.config.reflection.model_timeout_s(),
+                    default_retries=self.config.failure_policy.max_retries,
+                    backoff_s=float(self.config.failure_policy.backoff) / 1000.0,
+                    max_backoff_s=float(self.config.failure_policy.max_backoff) / 1000.0,
                     context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                              "input_tokens": input_tokens, "memory": self, "role": "reflector"},
                 )
@@ -1442,8 +1513,11 @@ class ObservationalMemory:
                                          buffering, "reflection")
                 raise OMAborted(f"reflector model selection failed: {exc}") from exc
             except Exception as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-                logger.warning("langchain-om reflection attempt %d failed: %s", level, exc)
+                last_error = failure_policy.failure_reason(exc)
+                (logger.debug if isinstance(exc, OMModelError) else logger.warning)(
+                    "langchain-om reflection attempt %d failed: %s", level, last_error)
+                if isinstance(exc, OMModelError):
+                    break  # the model itself failed (retries are spent): another level would pay again
                 continue
             out_tokens = self.counter.count_text(parsed.observations)
             if not reflector_mod.is_compressed(in_tokens, out_tokens):
@@ -1506,6 +1580,7 @@ class ObservationalMemory:
                 extracted=extracted, cycle_id=result.cycle_id,
             )
             updated.metadata.pop(_REFLECTION_FAILED, None)
+            add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
             await self._commit_quietly(updated, record.version)
 
     async def _activate_reflection(
@@ -1813,6 +1888,7 @@ class ObservationalMemory:
             generation_count=record.generation_count,
             tokenizer=self.counter.source,
             instruction_tokens=self._instructions(record, thread_id)[1],
+            spend=record_spend(record.metadata),
         )
 
     # ------------------------------------------------------------- events

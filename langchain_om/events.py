@@ -84,6 +84,10 @@ class StatusData(_Data):
     instruction_tokens: int = 0
     """Tokens of the caller's own system messages, which lead every model call and are never
     observed, so they count toward neither window (an extension)."""
+    observation_error: str | None = None
+    """This step's Observer failure, one line (an extension; see ``failure_policy``)."""
+    spend: dict[str, Any] | None = None
+    """OM's own model spend on this record so far: per role, calls and tokens (an extension)."""
 
 
 class ExtractionFailure(_Data):

@@ -7,8 +7,9 @@ a ``BaseChatModel``, a callable ``context -> spec`` (sync or async), a
 ``{"model": ..., "max_retries": ...}`` or ``ModelWithRetries``).
 
 Resolution is lazy: strings are turned into chat models on the first call that
-needs them (and cached), so a missing provider package or API key surfaces as
-a clear error when OM first calls the model, never when it is constructed.
+needs them (and cached). ``credentials.check_model_strings`` checks explicit strings
+at construction (provider known, package installed, key set); everything else
+surfaces on the first call, classified by ``failures.classify_error`` and logged once.
 
 How generation settings reach the model
 ---------------------------------------
@@ -46,6 +47,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from .config import DEFAULT_MODEL, ModelSettings
+from .failures import FAILURE_LOG, ErrorKind, attempt_timeout, backoff_delay, classify_error
+from .spend import add_to_process
 
 try:  # langgraph is a dependency, but keep models usable on its own
     from langgraph.constants import TAG_NOSTREAM
@@ -62,6 +65,22 @@ RETRY_BACKOFF_S = float(os.environ.get("LANGCHAIN_OM_RETRY_BACKOFF_S", "0.25"))
 """Base of the exponential backoff between retries of one model (doubles each retry, capped at 4s)."""
 
 _GOOGLE_PROVIDERS = {"google_genai", "google_vertexai"}
+PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+    "azure_openai": ("AZURE_OPENAI_API_KEY",),
+    "mistralai": ("MISTRAL_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+    "xai": ("XAI_API_KEY",),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+    "fireworks": ("FIREWORKS_API_KEY",),
+    "together": ("TOGETHER_API_KEY",),
+    "cohere": ("COHERE_API_KEY",),
+    "perplexity": ("PPLX_API_KEY", "PERPLEXITY_API_KEY"),
+    "openrouter": ("OPENROUTER_API_KEY",),
+}
+"""provider -> environment variables, any one of which holds its API key."""
 _PROVIDER_ALIASES = {
     "google": "google_genai",
     "gemini": "google_genai",
@@ -94,6 +113,19 @@ class OMModelError(RuntimeError):
         self.errors = list(errors)
         details = "; ".join(f"{name} attempt {n}: {type(e).__name__}: {e}" for name, n, e in self.errors)
         super().__init__(f"{role} model failed after {len(self.errors)} attempt(s): {details}")
+
+    @property
+    def kind(self) -> ErrorKind:
+        """``"permanent"`` when the last error cannot be cured by retrying (auth, bad request)."""
+        return classify_error(self.errors[-1][2]) if self.errors else "transient"
+
+    def reason(self) -> str:
+        """One line: the last error, without the per-attempt history."""
+        if not self.errors:
+            return f"{self.role} model failed"
+        name, _attempt, exc = self.errors[-1]
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{self.role} model {name}: {type(exc).__name__}: {first[:300]}"
 
 
 # --------------------------------------------------------------------------- specs
@@ -220,9 +252,15 @@ def _model_from_string(
             f"cannot load model {spec!r} ({normalized}): the provider package is not installed: {exc}"
         ) from exc
     except Exception as exc:
+        provider = normalized.split(":", 1)[0] if ":" in normalized else ""
+        keys = PROVIDER_KEYS.get(provider, ())
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        if keys and not any(os.environ.get(k) for k in keys):
+            hint = f"no API key: set {' or '.join(keys)}"
+        else:
+            hint = "is the provider's API key set and valid?"
         raise RuntimeError(
-            f"cannot create model {spec!r} ({normalized}): {type(exc).__name__}: {exc}. "
-            "Is the provider's API key set (e.g. GOOGLE_API_KEY, OPENAI_API_KEY)?"
+            f"cannot create model {spec!r} ({normalized}): {hint} ({type(exc).__name__}: {first})"
         ) from exc
     if not isinstance(model, BaseChatModel):  # pragma: no cover - configurable models are not requested
         raise ModelSelectionError(f"model {spec!r} did not resolve to a chat model")
@@ -239,7 +277,11 @@ def _entry_retries(entry: Any) -> tuple[Any, int]:
             raise ModelSelectionError("a model list entry given as a dict needs a 'model' key")
         parsed = ModelWithRetries(**dict(entry))
         return parsed.model, parsed.max_retries
-    return entry, 0
+    return entry, _POLICY_RETRIES
+
+
+_POLICY_RETRIES = -1
+"""A link whose retries were not given: ``acall_om_model`` applies its ``default_retries``."""
 
 
 def _is_model_instance(spec: Any) -> bool:
@@ -329,8 +371,8 @@ def resolve_chat_model(
     Strings are instantiated without OM's generation settings here; ``acall_om_model``
     instantiates them with the settings of the call.
     """
-    links = _expand_sync(spec, input_tokens=input_tokens, context=context or {}, retries=0, depth=0)
-    return [(_instantiate(link, None, {}), link.retries) for link in links]
+    links = _expand_sync(spec, input_tokens=input_tokens, context=context or {}, retries=_POLICY_RETRIES, depth=0)
+    return [(_instantiate(link, None, {}), max(0, link.retries)) for link in links]
 
 
 async def aresolve_chat_model(
@@ -347,14 +389,15 @@ async def aresolve_chat_model(
     are instantiated with them, instances are copied with the fields they declare. A copy, not
     ``bind()``, because ``with_structured_output`` on a binding drops the bound kwargs.
     """
-    links = await _expand_async(spec, input_tokens=input_tokens, context=context or {}, retries=0, depth=0)
+    links = await _expand_async(spec, input_tokens=input_tokens, context=context or {}, retries=_POLICY_RETRIES,
+                                depth=0)
     options = dict(provider_options or {})
     chain: list[tuple[ChatRunnable, int]] = []
     for link in links:
         model = _instantiate(link, settings, options)
         if not isinstance(link.spec, str):
             model = configured_copy(model, settings, options)
-        chain.append((model, link.retries))
+        chain.append((model, max(0, link.retries)))
     return chain
 
 
@@ -533,15 +576,21 @@ async def acall_om_model(
     context: Mapping[str, Any] | None = None,
     timeout_s: float | None = None,
     backoff_s: float | None = None,
+    default_retries: int = 0,
+    max_backoff_s: float = 4.0,
 ) -> ModelCallResult:
     """Call the Observer / Reflector model through its fallback chain.
 
-    Each model is tried ``1 + max_retries`` times with exponential backoff
-    (``backoff_s`` base, default ``RETRY_BACKOFF_S``), then the next model. A
-    ``ModelSelectionError`` propagates at once; when everything fails,
-    ``OMModelError`` carries every attempt's error.
+    Each model is tried ``1 + max_retries`` times (``default_retries`` for a model given
+    without its own count) with exponential backoff and full jitter (``backoff_s`` base,
+    default ``RETRY_BACKOFF_S``, capped at ``max_backoff_s``), then the next model. Only
+    transient errors (429, 5xx, timeouts) are retried: a permanent one (auth, bad request,
+    missing key) moves to the next model at once. Every attempt's timeout is cut to what the
+    turn's budget has left (``failures.turn_budget``). A ``ModelSelectionError`` propagates at
+    once; when everything fails, ``OMModelError`` carries every attempt's error.
     """
-    links = await _expand_async(spec, input_tokens=input_tokens, context=context or {}, retries=0, depth=0)
+    links = await _expand_async(spec, input_tokens=input_tokens, context=context or {}, retries=_POLICY_RETRIES,
+                                depth=0)
     base = RETRY_BACKOFF_S if backoff_s is None else backoff_s
     options = dict(provider_options or {})
     errors: list[tuple[str, int, BaseException]] = []
@@ -558,27 +607,40 @@ async def acall_om_model(
         except Exception as exc:
             attempts += 1
             errors.append((name, 1, exc))
-            logger.warning("langchain-om %s model %s unavailable: %s", role, name, exc)
+            FAILURE_LOG.report(str(role), name, exc, "permanent")
             continue
-        for attempt in range(link.retries + 1):
+        retries = default_retries if link.retries == _POLICY_RETRIES else link.retries
+        for attempt in range(retries + 1):
             attempts += 1
             try:
+                limit = attempt_timeout(timeout_s)
                 call: Awaitable[Any] = runnable.ainvoke(list(messages), config=config)
-                reply = await (asyncio.wait_for(call, timeout_s) if timeout_s else call)
+                reply = await (asyncio.wait_for(call, limit) if limit else call)
             except ModelSelectionError:
                 raise
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 errors.append((name, attempt + 1, exc))
-                logger.warning("langchain-om %s call to %s failed (attempt %d): %s", role, name, attempt + 1, exc)
-                if attempt < link.retries and base > 0:
-                    await asyncio.sleep(min(4.0, base * (2**attempt)))
+                add_to_process(str(role), None, failed=True)
+                kind = classify_error(exc)
+                FAILURE_LOG.report(str(role), name, exc, kind)
+                if kind == "permanent":
+                    break
+                if attempt < retries and base > 0:
+                    delay = backoff_delay(attempt, base, max_backoff_s)
+                    try:
+                        left = attempt_timeout(None)
+                    except Exception as spent:
+                        errors.append((name, attempt + 1, spent))
+                        break
+                    await asyncio.sleep(delay if left is None else min(delay, left))
                 continue
             message = reply if isinstance(reply, AIMessage) else AIMessage(content=message_text(reply)
                                                                            if isinstance(reply, BaseMessage)
                                                                            else str(reply))
             usage = dict(message.usage_metadata) if message.usage_metadata else None
+            add_to_process(str(role), usage, message.response_metadata)
             return ModelCallResult(
                 message=message,
                 text=message_text(message),

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from .hooks import Trigger
 from .messages import safe_cut_at_or_after, safe_cut_at_or_before
+from .spend import add_to_record
 from .store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, total_tokens, utcnow
 from .turns import other_thread_cut, pin_message, pinned_row
 
@@ -223,6 +224,7 @@ async def observe_resource(
         hint_result: Any = None
         for batch, result in done:
             updated.groups.extend(_groups_for_batch(om, record, batch, result, step.thread_id))
+            add_to_record(updated.metadata, "observer", result.usage, result.provider_metadata)
             for piece in batch:
                 last = piece.messages[-1]
                 if last.seq > marks.get(piece.thread_id, 0):

@@ -136,6 +136,10 @@ def scripted_models(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         return real(model, **kwargs)
 
     monkeypatch.setattr(langchain.chat_models, "init_chat_model", fake_init)
+    # OM checks model strings at construction against init_chat_model's providers: register ours
+    import langchain.chat_models.base as chat_base
+
+    monkeypatch.setitem(chat_base._BUILTIN_PROVIDERS, "scripted", ("langchain_om", "ScriptedObserverModel", fake_init))
     monkeypatch.setenv("COLUMNS", "160")  # rich sizes the accuracy table from it
     return names
 

@@ -138,7 +138,7 @@ async def test_malformed_observer_output_fails_cleanly_and_loses_nothing(garbage
 
 async def test_observer_exception_degrades_to_failure_event() -> None:
     model = CallableFake(fn=lambda _m: OBSERVATION, fail_on=[0])
-    om = make_om(InMemoryStore(), model)
+    om = make_om(InMemoryStore(), model, failure_policy={"max_retries": 0})  # a retry would cure it in-step
     seen = []
     for history in conversation(12):
         seen.extend(e.type for e in (await om.aprocess("t1", history)).events)
@@ -161,7 +161,8 @@ class HangingFake(CallableFake):
 async def test_observer_timeout_degrades_to_failure_and_the_next_step_retries() -> None:
     model = HangingFake(fn=lambda _m: OBSERVATION, hang_on=[0])
     store = InMemoryStore()
-    om = make_om(store, model, observation={"message_tokens": 400, "buffer_tokens": False, "model_timeout": "50ms"})
+    om = make_om(store, model, observation={"message_tokens": 400, "buffer_tokens": False, "model_timeout": "50ms"},
+                 failure_policy={"max_retries": 0})  # a timeout is transient: a retry would cure it in-step
     events: list[Any] = []
     for history in conversation(12):
         ctx = await asyncio.wait_for(om.aprocess("t1", history), 5)
@@ -208,7 +209,8 @@ def test_model_timeout_validation_names_the_field(bad: Any) -> None:
         make_om(InMemoryStore(), "openai:gpt-5-mini", observation={"model_timeout": bad})
 
 
-def test_model_timeout_false_means_no_limit() -> None:
+def test_model_timeout_false_means_no_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # model strings are checked at construction
     om = make_om(InMemoryStore(), "openai:gpt-5-mini", reflection={"model_timeout": False})
     assert om.config.reflection.model_timeout_s() is None
     assert om.config.observation.model_timeout_s() == 300.0

@@ -23,11 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from .search import SearchHit, VectorBatch, VectorItem
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the tables. 2: threads used without a resource move to their private resource
 (``IMPLICIT_RESOURCE_PREFIX``); see ``_util.V1_IMPLICIT_THREADS_SQL`` for how they are told apart.
 3: a partial index of the unobserved messages (commits touch only the rows they mark).
-4: recall search: the keyword index (backfilled) and the stored embeddings."""
+4: recall search: the keyword index (backfilled) and the stored embeddings.
+5: leases, so one worker at a time pays for a record's Observer call."""
 
 
 def utcnow() -> datetime:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -199,11 +200,19 @@ async def _migrate_v4(store: PostgresStore, cur: Cursor) -> None:
             await cur.executemany(store._q(_INSERT_SEARCH), entries)
 
 
+# v5: leases, so concurrent workers on one record do not pay the Observer twice for one range
+_LEASES_V5 = [
+    "CREATE TABLE IF NOT EXISTS {s}.leases ("
+    " name TEXT PRIMARY KEY,"
+    " owner TEXT NOT NULL,"
+    " expires_at DOUBLE PRECISION NOT NULL)",
+]
 MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
     3: _UNOBSERVED_INDEX_V3,
     4: _migrate_v4,
+    5: _LEASES_V5,
 }
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -855,6 +864,28 @@ class PostgresStore:
             )
             row = await cur.fetchone()
         return (int(row["version"]), u.to_utc(row["updated_at"])) if row is not None else None
+
+    async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
+
+        A lease row with an expiry rather than an advisory lock: an advisory lock lives as long as
+        its session, and pooled connections outlive the worker step that took it."""
+        now = time.time()
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.leases (name, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (name) "
+                    "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+                    "WHERE {s}.leases.expires_at < %s OR {s}.leases.owner = excluded.owner RETURNING owner"
+                ),
+                (name, owner, now + ttl_s, now),
+            )
+            return await cur.fetchone() is not None
+
+    async def arelease_lease(self, name: str, owner: str) -> None:
+        """Give the lease back (a no-op when ``owner`` no longer holds it)."""
+        async with self._tx() as cur:
+            await cur.execute(self._q("DELETE FROM {s}.leases WHERE name = %s AND owner = %s"), (name, owner))
 
     async def acommit_record(
         self,

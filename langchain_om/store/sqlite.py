@@ -31,6 +31,7 @@ import functools
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -228,11 +229,20 @@ def _migrate_v4(conn: sqlite3.Connection) -> None:
         _create_search_index(conn)
 
 
+# v5: leases, so concurrent workers on one record do not pay the Observer twice for one range
+_LEASES_V5 = """
+CREATE TABLE IF NOT EXISTS leases (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
 MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
     3: _UNOBSERVED_INDEX_V3,
     4: _migrate_v4,
+    5: _LEASES_V5,
 }
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -970,6 +980,31 @@ class SQLiteStore:
                 return u.record_from_json(body)
 
         return await self._run(run)
+
+    async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            with _immediate(conn):
+                cursor = conn.execute(
+                    "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
+                    "SET owner = excluded.owner, expires_at = excluded.expires_at "
+                    "WHERE leases.expires_at < ? OR leases.owner = excluded.owner",
+                    (name, owner, now + ttl_s, now),
+                )
+                return cursor.rowcount == 1
+
+        return await self._run(run)
+
+    async def arelease_lease(self, name: str, owner: str) -> None:
+        """Give the lease back (a no-op when ``owner`` no longer holds it)."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+
+        await self._run(run)
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)

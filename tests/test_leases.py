@@ -1,0 +1,113 @@
+"""Issue 16, item 4: concurrent workers on one record pay the Observer once per range.
+
+Leases live in the store (SQLite / PostgreSQL rows with an expiry, in-process for the memory
+store); a dead worker's lease expires and the work is redone once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+from om_fakes import CallableFake, conversation, observer_or_reflector
+
+from langchain_om import ObservationalMemory
+from langchain_om.leases import _release, _try, lease_name
+from langchain_om.store.base import OMStore, record_key
+
+
+async def test_a_lease_is_exclusive_renewable_and_expires(store: OMStore) -> None:
+    name = lease_name(record_key("r1", "t1"), "observe")
+    assert await _try(store, name, "worker-a", 30)
+    assert not await _try(store, name, "worker-b", 30), "held by a"
+    assert await _try(store, name, "worker-a", 30), "the holder renews"
+    await _release(store, name, "worker-b")  # not the holder: nothing happens
+    assert not await _try(store, name, "worker-b", 30)
+    await _release(store, name, "worker-a")
+    assert await _try(store, name, "worker-b", 0.2), "free once released"
+    assert not await _try(store, name, "worker-a", 30)
+    await asyncio.sleep(0.4)
+    assert await _try(store, name, "worker-a", 30), "a dead holder's lease expires"
+    other = lease_name(record_key("r1", "t2"), "observe")
+    assert await _try(store, other, "worker-b", 30), "leases are per record"
+
+
+class SlowObserver(CallableFake):
+    delay: float = 0.3
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(self.delay)
+        return await super()._agenerate(messages, *args, **kwargs)
+
+
+def _om(store: OMStore, model: Any, **policy: Any) -> ObservationalMemory:
+    return ObservationalMemory(store, model=model, token_counter="estimator",
+                               observation={"message_tokens": 300, "buffer_tokens": False},
+                               reflection={"observation_tokens": 1_000_000}, failure_policy=policy or None)
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+async def test_two_workers_crossing_the_threshold_together_pay_once(store: OMStore) -> None:
+    model = SlowObserver(fn=observer_or_reflector)
+    first, second = _om(store, model), _om(store, model)
+    histories = list(conversation(12))
+    crossing = None
+    for history in histories:
+        ctx = await first.aprocess("t1", history, phases=("activate",))  # store only, observe nothing
+        if ctx.status.windows.active.messages.tokens > 300:
+            crossing = history
+            break
+    assert crossing is not None
+    a, b = await asyncio.gather(first.aprocess("t1", crossing), second.aprocess("t1", crossing))
+    assert len(model.prompts) == 1, "the second worker waited, saw the range observed, and did not pay again"
+    assert a.record.groups and b.record.groups
+    assert a.record.groups[0].id == b.record.groups[0].id
+
+
+async def test_a_dead_workers_lease_expires_and_the_work_is_done_once(tmp_path: Any) -> None:
+    from langchain_om.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "om.db")
+    model = CallableFake(fn=observer_or_reflector)
+    om = _om(store, model, lease_ttl="600ms")
+    histories = list(conversation(12))
+    for history in histories:
+        ctx = await om.aprocess("t1", history, phases=("activate",))
+        if ctx.status.windows.active.messages.tokens > 300:
+            break
+    # a worker took the lease and died before releasing it
+    key = record_key(om._resource_for("t1", None), "t1")
+    assert await _try(store, lease_name(key, "observe"), "dead-worker", 0.6)
+    started = time.monotonic()
+    ctx = await om.aprocess("t1", history)
+    assert time.monotonic() - started >= 0.3, "it waited for the dead worker's lease"
+    assert len(model.prompts) == 1 and ctx.record.groups, "then observed, once"
+    await store.aclose()
+
+
+def test_the_spend_benchmark_runs_and_two_processes_send_each_turn_once(tmp_path: Any) -> None:
+    from benchmarks.observer_spend import measure
+
+    row = measure(f"sqlite:{tmp_path / 'spend.db'}", workers=2, turns=10, delay=0.0, buffering=False)
+    assert row["stored_messages"] == 20
+    assert row["observer_calls"] >= 1 and row["observer_input_tokens"] > 0
+    assert row["max_sends_of_one_turn"] == 1, "two worker processes never paid twice for one message"
+    assert row["input_tokens_per_1k_conversation_tokens"] > 0
+
+
+async def test_a_live_holder_keeps_its_lease_past_the_ttl(tmp_path: Any) -> None:
+    from langchain_om.leases import wait_for_lease
+    from langchain_om.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "om.db")
+    await store.asetup()
+    name = lease_name("r1:t1", "observe")
+    async with wait_for_lease(store, name, 0.3):
+        await asyncio.sleep(0.9)  # three ttls: the heartbeat renewed it
+        assert not await _try(store, name, "other", 0.3)
+    assert await _try(store, name, "other", 0.3), "released on exit"
+    await store.aclose()
