@@ -98,7 +98,9 @@ async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str
 async def _stored(url: str, thread: str) -> tuple[int, int]:
     store = _open_store(url)
     await store.asetup()
-    rows = await store.aget_messages(thread, thread)
+    from langchain_om.store.base import implicit_resource
+
+    rows = await store.aget_messages(implicit_resource(thread), thread)  # the workers pass no resource
     await store.aclose()
     return len(rows), sum(r.tokens for r in rows)
 

@@ -117,9 +117,16 @@ async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
 
 
 async def is_free(store: Any, name: str) -> bool:
-    """Whether nobody holds ``name`` right now (taken and given back at once; a hint, not a hold)."""
-    async with try_lease(store, name, 5.0) as held:
-        return held
+    """Whether nobody holds ``name`` right now (taken and given back at once; a hint, not a hold).
+
+    No heartbeat is started for so short a hold: a heartbeat task started and cancelled here left
+    the caller unable to take a later cancellation (``aclose(cancel=True)`` hung on a buffering
+    cycle whose Observer never answered)."""
+    owner = uuid.uuid4().hex
+    if not await _try(store, name, owner, 5.0):
+        return False
+    await _release(store, name, owner)
+    return True
 
 
 async def wait_until_free(store: Any, name: str, ttl_s: float) -> None:

@@ -614,8 +614,7 @@ async def acall_om_model(
             attempts += 1
             try:
                 limit = attempt_timeout(timeout_s)
-                call: Awaitable[Any] = runnable.ainvoke(list(messages), config=config)
-                reply = await (asyncio.wait_for(call, limit) if limit else call)
+                reply = await _within(runnable.ainvoke(list(messages), config=config), limit)
             except ModelSelectionError:
                 raise
             except asyncio.CancelledError:
@@ -660,3 +659,17 @@ def call_om_model(spec: Any, messages: Sequence[BaseMessage], **kwargs: Any) -> 
 
 ContextSpec = Callable[[Mapping[str, Any]], Any]
 """A dynamic model: receives the call context (thread_id, resource_id, role, input_tokens, ...)."""
+
+
+async def _within(call: Awaitable[Any], limit: float | None) -> Any:
+    """``await call`` for at most ``limit`` seconds, in the calling task: a cancelled caller
+    cancels the model call directly (``asyncio.wait_for`` runs it in a task of its own and then
+    waits for that task to wind down, which a provider's client may never do)."""
+    if not limit:
+        return await call
+    timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
+    if timeout is None:
+        return await asyncio.wait_for(call, limit)
+    async with timeout(limit):
+        return await call
+

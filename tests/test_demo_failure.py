@@ -48,10 +48,10 @@ def test_a_failing_model_stops_the_demo_with_one_line_and_a_rerun_continues(
     name, model = broken_model
     db = str(tmp_path / "demo.db")
     assert main(["demo", "--db", db, "--model", name, "--fast"]) == 1
-    out = capsys.readouterr().out
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]  # errors go to stderr
     assert len(errors) == 1 and "AuthenticationError" in errors[0] and "rerun" in errors[0]
-    assert out.count("Incorrect API key") == 1, "said once, not once per step"
+    assert (captured.out + captured.err).count("Incorrect API key") == 1, "said once, not once per step"
     assert len(model.prompts) == 1, "stopped at the first failure instead of replaying every step"
     assert main(["demo", "--db", db, "--scripted", "--fast"]) == 0
     rerun = capsys.readouterr().out
@@ -66,9 +66,9 @@ def test_a_missing_key_is_reported_before_any_step(
     monkeypatch.setenv("COLUMNS", "200")
     db = tmp_path / "demo.db"
     assert main(["demo", "--db", str(db), "--model", "openai:gpt-5-mini", "--fast"]) == 1
-    out = capsys.readouterr().out
-    assert "OPENAI_API_KEY" in out
-    assert len([line for line in out.splitlines() if line.strip()]) <= 3
+    captured = capsys.readouterr()
+    assert "OPENAI_API_KEY" in captured.err
+    assert len([line for line in (captured.out + captured.err).splitlines() if line.strip()]) <= 3
 
 
 def test_inspect_shows_the_running_spend_of_the_thread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,10 +13,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.store.base import OMStore
+from langchain_om.testing import ScriptedObserverModel
 
 
 def make_om(store: OMStore, scope: str = "thread") -> ObservationalMemory:
-    return ObservationalMemory(store, model="unused", scope=scope,  # type: ignore[arg-type]
+    return ObservationalMemory(store, model=ScriptedObserverModel(), scope=scope,  # type: ignore[arg-type]
                                observation={"message_tokens": 10_000, "buffer_tokens": False},
                                reflection={"observation_tokens": 40_000}, token_counter="estimator")
 

@@ -153,7 +153,7 @@ def test_postgres_sync_twin_never_waits_for_a_connection_its_loop_holds(pg_dsn: 
     async def scenario() -> None:
         schema = unique_schema()
         store = PostgresStore(pg_dsn, schema=schema, max_size=4)
-        om = ObservationalMemory(store, model="unused", token_counter="estimator")
+        om = ObservationalMemory(store, model=ScriptedObserverModel(), token_counter="estimator")
         try:
             await om.aprocess("t", [HumanMessage("hi", id="m1")])
             held = asyncio.Event()
@@ -239,7 +239,7 @@ def test_close_refuses_inside_any_running_loop_and_works_outside(open_store: Any
 
 
 def test_sync_call_from_oms_own_loop_names_the_twin() -> None:
-    om = ObservationalMemory(InMemoryStore(), model="unused", token_counter="estimator")
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(), token_counter="estimator")
 
     async def inside() -> None:
         om.get_record("t")

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.store.base import OMStore
+from langchain_om.testing import ScriptedObserverModel
 
 ROUNDS = 20
 
@@ -43,7 +44,7 @@ class SlowReads:
 
 
 def worker(store: Any) -> ObservationalMemory:
-    return ObservationalMemory(store, model="unused", token_counter="estimator",  # type: ignore[arg-type]
+    return ObservationalMemory(store, model=ScriptedObserverModel(), token_counter="estimator",  # type: ignore[arg-type]
                                observation={"message_tokens": 400, "buffer_tokens": False},
                                working_memory={"schema": Person, "scope": "resource"})
 
