@@ -35,11 +35,9 @@ from .search import (
     SearchHit,
     VectorBatch,
     VectorItem,
-    check_query,
-    check_search_limit,
     check_space,
     check_vector_items,
-    query_terms,
+    search_arguments,
     search_text,
 )
 
@@ -361,11 +359,8 @@ class InMemoryStore:
     ) -> list[SearchHit]:
         """Messages holding any query word, scored by how many distinct query words they hold,
         then how often; ties newest first. A linear scan: fine for tests and notebooks."""
-        resource_id = check_resource_id(resource_id)
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
-        terms = [_stem(term) for term in query_terms(check_query(query))]
-        count = check_search_limit(limit)
+        resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
+        terms = [_stem(term) for term in terms]
         if not terms:
             return []
         scored: list[tuple[float, StoredMessage]] = []

@@ -53,12 +53,10 @@ from .search import (
     SearchHit,
     VectorBatch,
     VectorItem,
-    check_query,
-    check_search_limit,
     check_space,
     check_vector_items,
     merge_ranked,
-    query_terms,
+    search_arguments,
     search_text,
     tsquery_text,
 )
@@ -756,11 +754,7 @@ class PostgresStore:
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
         """``tsvector`` search (GIN index) ranked by ``ts_rank``, inside the resource."""
-        resource_id = check_resource_id(resource_id)
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
-        terms = query_terms(check_query(query))
-        count = check_search_limit(limit)
+        resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not terms:
             return []
         thread_filter = "" if thread_id is None else " AND thread_id = %(thread)s"

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import InvalidStoreInput, StoredMessage, check_id
+from .base import InvalidStoreInput, StoredMessage, check_id, check_resource_id, check_thread_id
 
 MAX_QUERY_CHARS = 10_000
 """Longest query a store accepts (recall itself stops at fewer); longer is an error, not a cut."""
@@ -237,3 +237,14 @@ def check_vector_items(items: Any) -> list[VectorItem]:
             raise InvalidStoreInput(f"items[{index}].vector", "must be float32 bytes (encode_vector)")
         checked.append(item)
     return checked
+
+
+def search_arguments(
+    resource_id: Any, query: Any, thread_id: Any, limit: Any
+) -> tuple[str, str | None, list[str], int]:
+    """``asearch_messages``' arguments checked the same way on every store: the resource, the
+    thread (or None), the query's terms and the result count."""
+    resource = check_resource_id(resource_id)
+    thread = check_thread_id(thread_id) if thread_id is not None else None
+    return resource, thread, query_terms(check_query(query)), check_search_limit(limit)
+

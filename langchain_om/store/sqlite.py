@@ -62,14 +62,12 @@ from .search import (
     SearchHit,
     VectorBatch,
     VectorItem,
-    check_query,
-    check_search_limit,
     check_space,
     check_vector_items,
     fts5_match,
     merge_ranked,
-    query_terms,
     scope_token,
+    search_arguments,
     search_text,
 )
 
@@ -818,11 +816,7 @@ class SQLiteStore:
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
         """FTS5 search ranked by BM25 over the message text; only the resource's index entries are read."""
-        resource_id = check_resource_id(resource_id)
-        if thread_id is not None:
-            thread_id = check_id(thread_id, "thread_id")
-        terms = query_terms(check_query(query))
-        count = check_search_limit(limit)
+        resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not self._fts:
             raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")
         if not terms:
