@@ -1268,22 +1268,27 @@ class ObservationalMemory:
     async def _maybe_activate(
         self, step: _StepState, record: OMRecord, window: Window, tokens: int
     ) -> OMRecord:
-        chunks = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(step.thread_id, 0)]
-        chunks = self._activatable(step.resource_id, step.thread_id, window, chunks)
-        if not chunks:
+        staged = [c for c in record.buffered_chunks if c.start_seq > record.last_observed_seq.get(step.thread_id, 0)]
+        if not staged:
             return record
+
+        def ready() -> list[BufferedChunk]:  # the window walk, only once an activation is due
+            return self._activatable(step.resource_id, step.thread_id, window, staged)
+
         obs = self.config.observation
         if tokens > self._message_limit(record):
-            return await self._activate_chunks(step, record, window, select_chunks(chunks, tokens, obs), "threshold")
+            chunks = ready()
+            return await self._activate_chunks(step, record, window, select_chunks(chunks, tokens, obs),
+                                               "threshold") if chunks else record
         expired = self._idle_expired(step, self.config.observation_idle_ms())
         if expired is not None:
             last_activity, over_ms = expired
-            return await self._activate_chunks(step, record, window, chunks, "ttl",
+            return await self._activate_chunks(step, record, window, ready(), "ttl",
                                                last_activity=last_activity, ttl_expired_ms=over_ms)
         if self.config.observation_activates_on_provider_change():
             previous = self._changed_provider(step)
             if previous is not None:
-                return await self._activate_chunks(step, record, window, chunks, "provider_change",
+                return await self._activate_chunks(step, record, window, ready(), "provider_change",
                                                    previous_model=previous)
         return record
 
@@ -1791,7 +1796,9 @@ class ObservationalMemory:
             if section:
                 sections.append(section)
         text = self._render(record, sections)
-        messages = [m for m in self._window_messages(resource_id, thread_id, window) if not is_edit_message(m)]
+        messages = self._window_messages(resource_id, thread_id, window)
+        if window.has_edits:  # corrections are for the Observer, not the model
+            messages = [m for m in messages if not is_edit_message(m)]
         if not any(m.type == "human" for m in messages):
             pinned = await self._pinned_message(record, resource_id, thread_id)
             if pinned is not None:

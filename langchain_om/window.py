@@ -28,6 +28,15 @@ class Window(tuple[StoredMessage, ...]):
 
     tokens: int
     parsed: tuple[BaseMessage, ...]
+    _edits: bool | None = None
+
+    @property
+    def has_edits(self) -> bool:
+        """Whether an ``edit`` row (a correction for the Observer) is among the rows; looked up
+        once per window object, not on every step."""
+        if self._edits is None:
+            self._edits = any(row.kind == "edit" for row in tuple.__iter__(self))
+        return self._edits
 
     def __new__(
         cls, rows: Iterable[StoredMessage] = (), tokens: int | None = None, parsed: tuple[BaseMessage, ...] = ()
@@ -54,4 +63,7 @@ class Window(tuple[StoredMessage, ...]):
         extra = tuple(rows)
         if not extra:
             return self
-        return Window(self + extra, self.tokens + total_tokens(extra), self.parsed)
+        window = Window(self + extra, self.tokens + total_tokens(extra), self.parsed)
+        if self._edits is not None:
+            window._edits = self._edits or any(row.kind == "edit" for row in extra)
+        return window
