@@ -265,7 +265,6 @@ class InMemoryStore:
                     kind=message.kind,
                 )
                 rows.append(stored)
-                self._words[(thread_id, message.id)] = _word_counts(search_text(message.data, message.kind))
                 inserted.append(stored.model_copy(deep=True))
             if inserted:
                 self._threads[thread_id] = thread.model_copy(update={"updated_at": utcnow()})
@@ -333,6 +332,7 @@ class InMemoryStore:
             for index, row in enumerate(rows):
                 if row.id == message_id and not row.observed and row.kind == "message":
                     rows[index] = row.model_copy(update={"data": new.data, "tokens": new.tokens})
+                    self._words.pop((thread_id, message_id), None)
                     return True
             return False
 
@@ -369,7 +369,9 @@ class InMemoryStore:
                 if (thread_id is not None and tid != thread_id) or self._owned(resource_id, tid) is None:
                     continue
                 for row in rows:
-                    words = self._words.get((tid, row.id), {})
+                    words = self._words.get((tid, row.id))
+                    if words is None:  # counted at the first search, not on every append
+                        words = self._words[(tid, row.id)] = _word_counts(search_text(row.data, row.kind))
                     found = [words[t] for t in terms if t in words]
                     if found:
                         scored.append((len(found) + sum(found) / (1 + sum(words.values())), row))
