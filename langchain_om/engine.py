@@ -434,10 +434,10 @@ class ObservationalMemory:
         self._extend_window(cache_key, inserted)
         for listener in self.message_listeners:
             await listener(self, resource_id, thread_id, inserted)
+        known.update(known_from_rows(inserted))  # fingerprints the counter just stored in each row
         by_id = {m.id: m for m in fresh if m.id}
         for row in inserted:
             sent = by_id.get(row.id)
-            known[row.id] = KnownMessage(message_fingerprint(sent) if sent is not None else "", row.seq)
             if sent is not None:
                 cache[row.id] = sent
         while len(cache) > _MESSAGE_CACHE_PER_THREAD:
@@ -447,24 +447,24 @@ class ObservationalMemory:
 
     async def _settle_inputs(self, step: _StepState, record: OMRecord, inputs: _StepInputs) -> OMRecord:
         """Under the thread lock: keep the caller's instructions, apply edits of known messages."""
-        if inputs.instructions and Instructions.changed(record.metadata, step.thread_id, inputs.instructions):
-            for _attempt in range(_MAX_COMMIT_RETRIES):
-                updated = record.model_copy(deep=True)
-                Instructions.put(updated.metadata, step.thread_id, inputs.instructions)
-                try:
-                    record = await self.store.acommit_record(updated, expected_version=record.version)
-                    break
-                except RecordConflictError:
-                    record = await self._load_record(step.resource_id, step.thread_id)
-                    if not Instructions.changed(record.metadata, step.thread_id, inputs.instructions):
-                        break
         if inputs.instructions:
+            prints = Instructions.fingerprints(inputs.instructions)  # once a step, for every check below
+            if Instructions.changed(record.metadata, step.thread_id, prints):
+                for _attempt in range(_MAX_COMMIT_RETRIES):
+                    updated = record.model_copy(deep=True)
+                    Instructions.put(updated.metadata, step.thread_id, inputs.instructions, prints)
+                    try:
+                        record = await self.store.acommit_record(updated, expected_version=record.version)
+                        break
+                    except RecordConflictError:
+                        record = await self._load_record(step.resource_id, step.thread_id)
+                        if not Instructions.changed(record.metadata, step.thread_id, prints):
+                            break
             # this step's own objects stand for the stored copy (same content): the caller's state
             # keeps its ids, and nothing is parsed again
             tokens = sum(self.counter.count_message(m) for m in inputs.instructions)
-            stamp = tuple(Instructions.fingerprints(inputs.instructions))
             _lru_put(self._instruction_cache, record_key(step.resource_id, step.thread_id),
-                     (stamp, list(inputs.instructions), tokens), self.cache_limit)
+                     (tuple(prints), list(inputs.instructions), tokens), self.cache_limit)
         if inputs.edited:
             await self._apply_edits(step, record, inputs.edited)
         self._settled(step.resource_id, step.thread_id, inputs)

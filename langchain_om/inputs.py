@@ -166,17 +166,16 @@ class Instructions:
         return entry if isinstance(entry, Mapping) else None
 
     @classmethod
-    def changed(cls, metadata: Mapping[str, Any], thread_id: str, messages: Sequence[BaseMessage]) -> bool:
+    def changed(cls, metadata: Mapping[str, Any], thread_id: str, fingerprints: list[str]) -> bool:
+        """Whether the stored instructions differ from those with ``fingerprints`` (``fingerprints()``)."""
         entry = cls.stored(metadata, thread_id)
-        return entry is None or entry.get("fingerprints") != cls.fingerprints(messages)
+        return entry is None or entry.get("fingerprints") != fingerprints
 
-    @classmethod
-    def put(cls, metadata: MutableMapping[str, Any], thread_id: str, messages: Sequence[BaseMessage]) -> None:
+    @staticmethod
+    def put(metadata: MutableMapping[str, Any], thread_id: str, messages: Sequence[BaseMessage],
+            fingerprints: list[str]) -> None:
         table = metadata.setdefault(INSTRUCTIONS_KEY, {})
-        table[thread_id] = {
-            "fingerprints": cls.fingerprints(messages),
-            "messages": [dump_message(m) for m in messages],
-        }
+        table[thread_id] = {"fingerprints": fingerprints, "messages": [dump_message(m) for m in messages]}
 
     @classmethod
     def forget(cls, metadata: MutableMapping[str, Any], thread_id: str) -> None:

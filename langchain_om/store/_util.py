@@ -127,6 +127,20 @@ def check_messages_json(messages: Any) -> list[tuple[NewMessage, str]]:
     return result
 
 
+def check_message_ids(message_ids: Any) -> list[str]:
+    """The ids of an id lookup, checked and without repeats, in their order."""
+    return list(dict.fromkeys(check_id(mid, "message_ids") for mid in message_ids))
+
+
+def check_replacement(
+    resource_id: Any, thread_id: Any, message_id: Any, data: Any, tokens: Any
+) -> tuple[str, str, NewMessage, str]:
+    """``areplace_message``'s arguments, checked like an append: the ids, the new row and its JSON."""
+    resource, thread = check_ids(resource_id, thread_id)
+    new, text = check_messages_json([NewMessage(id=check_id(message_id, "message_id"), data=data, tokens=tokens)])[0]
+    return resource, thread, new, text
+
+
 def check_mark_observed(mark_observed: Any) -> dict[str, int]:
     if mark_observed is None:
         return {}

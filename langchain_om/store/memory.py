@@ -317,16 +317,14 @@ class InMemoryStore:
         self, resource_id: str, thread_id: str, message_ids: Sequence[str]
     ) -> list[StoredMessage]:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        wanted = {check_id(mid, "message_ids") for mid in message_ids}
+        wanted = set(u.check_message_ids(message_ids))
         with self._lock:
             return [m.model_copy(deep=True) for m in self._thread_messages(resource_id, thread_id) if m.id in wanted]
 
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
-        resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        message_id = check_id(message_id, "message_id")
-        new, _text = u.check_messages_json([NewMessage(id=message_id, data=data, tokens=tokens)])[0]
+        resource_id, thread_id, new, _text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
         with self._lock:
             rows = self._thread_messages(resource_id, thread_id)
             for index, row in enumerate(rows):

@@ -694,7 +694,7 @@ class PostgresStore:
         self, resource_id: str, thread_id: str, message_ids: Sequence[str]
     ) -> list[StoredMessage]:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        wanted = list(dict.fromkeys(check_id(mid, "message_ids") for mid in message_ids))
+        wanted = u.check_message_ids(message_ids)
         if not wanted:
             return []
         async with self._tx() as cur:
@@ -708,9 +708,7 @@ class PostgresStore:
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
-        resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        message_id = check_id(message_id, "message_id")
-        new = u.check_messages([NewMessage(id=message_id, data=data, tokens=tokens)])[0]
+        resource_id, thread_id, new, _text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
         async with self._tx() as cur:
             await cur.execute(
                 self._q(

@@ -755,7 +755,7 @@ class SQLiteStore:
         self, resource_id: str, thread_id: str, message_ids: Sequence[str]
     ) -> list[StoredMessage]:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        wanted = list(dict.fromkeys(check_id(mid, "message_ids") for mid in message_ids))
+        wanted = u.check_message_ids(message_ids)
 
         def run(conn: sqlite3.Connection) -> list[StoredMessage]:
             rows: list[StoredMessage] = []
@@ -774,9 +774,7 @@ class SQLiteStore:
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
-        resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        message_id = check_id(message_id, "message_id")
-        new, text = u.check_messages_json([NewMessage(id=message_id, data=data, tokens=tokens)])[0]
+        resource_id, thread_id, new, text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
 
         def run(conn: sqlite3.Connection) -> bool:
             with _immediate(conn):
