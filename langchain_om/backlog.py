@@ -15,15 +15,27 @@ limit (minus room for the prompt and the previous observations) when the model p
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from .store.base import StoredMessage
-
-if TYPE_CHECKING:
-    from .engine import ObservationalMemory
+from .config import OMConfig
+from .store.base import StoredMessage, total_tokens
+from .turns import kind_of_row, safe_cut_after, safe_cut_before
 
 # the Observer's instructions, previous observations and reply need room besides the transcript
 _PROMPT_ROOM_TOKENS = 8_000
+
+
+@dataclass
+class Slice:
+    """Consecutive unobserved messages of one thread that go to the Observer together."""
+
+    thread_id: str
+    messages: list[StoredMessage]
+
+    @property
+    def tokens(self) -> int:
+        return total_tokens(self.messages)
 
 
 def model_input_limit(spec: Any) -> int | None:
@@ -40,20 +52,44 @@ def model_input_limit(spec: Any) -> int | None:
     return None
 
 
-def observer_batch_limit(om: ObservationalMemory) -> int:
+def observer_batch_limit(config: OMConfig) -> int:
     """Tokens of conversation one Observer call may take."""
-    limit = om.config.observation.max_tokens_per_batch
-    model_limit = model_input_limit(om.config.model_spec("observation"))
+    limit = config.observation.max_tokens_per_batch
+    model_limit = model_input_limit(config.model_spec("observation"))
     if model_limit is not None:
-        previous = om.config.observation.previous_observer_tokens or 0
+        previous = config.observation.previous_observer_tokens or 0
         limit = min(limit, max(1_000, model_limit - _PROMPT_ROOM_TOKENS - int(previous)))
     return limit
 
 
-def split_backlog(om: ObservationalMemory, resource_id: str, chosen: Sequence[StoredMessage],
-                  thread_id: str) -> list[list[StoredMessage]]:
-    """``chosen`` in consecutive parts that each fit one Observer call (one part when it fits)."""
-    from .resource import Slice, split_thread
+def split_thread(piece: Slice, limit: int) -> list[Slice]:
+    """Split one thread's slice into parts of at most ``limit`` tokens at safe cuts.
 
-    parts = split_thread(om, resource_id, Slice(thread_id, list(chosen)), observer_batch_limit(om))
+    A single tool exchange larger than the limit stays whole (it cannot be split safely)."""
+    if piece.tokens <= limit:
+        return [piece]
+    msgs = piece.messages
+    kinds = [kind_of_row(m) for m in msgs]
+    parts: list[Slice] = []
+    start = 0
+    while start < len(msgs):
+        end, total = start, 0
+        while end < len(msgs) and (end == start or total + msgs[end].tokens <= limit):
+            total += msgs[end].tokens
+            end += 1
+        if end < len(msgs):
+            safe = safe_cut_before(kinds, end)
+            if safe <= start:
+                safe = safe_cut_after(kinds, start + 1)
+                if safe <= start:
+                    safe = len(msgs)
+            end = safe
+        parts.append(Slice(piece.thread_id, msgs[start:end]))
+        start = end
+    return parts
+
+
+def split_backlog(config: OMConfig, chosen: Sequence[StoredMessage], thread_id: str) -> list[list[StoredMessage]]:
+    """``chosen`` in consecutive parts that each fit one Observer call (one part when it fits)."""
+    parts = split_thread(Slice(thread_id, list(chosen)), observer_batch_limit(config))
     return [part.messages for part in parts if part.messages]

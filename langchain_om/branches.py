@@ -25,13 +25,12 @@ import hashlib
 import json
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
-from .inputs import known_from_rows
 from .store.base import (
     BRANCH_MARK,
     NewMessage,
@@ -39,12 +38,11 @@ from .store.base import (
     RecordConflictError,
     StoredMessage,
     new_id,
-    record_key,
     thread_key,
 )
 
 if TYPE_CHECKING:
-    from .engine import ObservationalMemory
+    from .host import MemoryHost
 
 POSITION_KEY = "om_position"
 """The state key holding OM's position (graph nodes and middleware write it)."""
@@ -137,17 +135,17 @@ class _Cache:
     active: _Bounded = field(default_factory=_Bounded)  # thread -> (resource, branch) of its latest step
 
 
-_CACHES: weakref.WeakKeyDictionary[ObservationalMemory, _Cache] = weakref.WeakKeyDictionary()
+_CACHES: weakref.WeakKeyDictionary[MemoryHost, _Cache] = weakref.WeakKeyDictionary()
 
 
-def _cache(om: ObservationalMemory) -> _Cache:
+def _cache(om: MemoryHost) -> _Cache:
     cache = _CACHES.get(om)
     if cache is None:
         cache = _CACHES[om] = _Cache()
     return cache
 
 
-def active_branch(om: ObservationalMemory, thread_id: str, resource_id: str | None) -> tuple[str, str | None]:
+def active_branch(om: MemoryHost, thread_id: str, resource_id: str | None) -> tuple[str, str | None]:
     """``(branch, resource)`` the current run of ``thread_id`` uses, for OM's tools (recall,
     working memory), which only see the run config. The integrations set it every step."""
     found = _cache(om).active.get(thread_id)
@@ -178,7 +176,7 @@ def check_resource(thread_id: str, configured: str | None, position: Position | 
 
 
 async def aresolve(
-    om: ObservationalMemory,
+    om: MemoryHost,
     thread_id: str,
     configured_resource: str | None,
     state_position: Any,
@@ -190,8 +188,8 @@ async def aresolve(
     if position is not None and branch_root(position.branch) != thread_id:
         position = None  # a state copied from another thread: start from this thread's own memory
     branch = position.branch if position is not None else thread_id
-    resolved = om._resource_for(branch, resource)
-    await om._ensure_setup()
+    resolved = om.resolve_resource(branch, resource)
+    await om.aensure_setup()
     fork_seq = await _fork_point(om, resolved, branch, position, messages)
     run = BranchRun(thread_id, branch, resource)
     if fork_seq is not None:
@@ -202,7 +200,7 @@ async def aresolve(
 
 
 async def _fork_point(
-    om: ObservationalMemory, resolved: str, branch: str, position: Position | None,
+    om: MemoryHost, resolved: str, branch: str, position: Position | None,
     messages: Sequence[BaseMessage],
 ) -> int | None:
     """The ``seq`` on ``branch`` the caller's state stands at when OM has stored a later row the
@@ -244,7 +242,7 @@ def _ids(messages: Sequence[BaseMessage]) -> set[str]:
 
 
 async def _afork(
-    om: ObservationalMemory, resolved: str, thread_id: str, parent: str, fork_seq: int,
+    om: MemoryHost, resolved: str, thread_id: str, parent: str, fork_seq: int,
     position: Position | None,
 ) -> str:
     """Create the branch thread: the record as of the checkpoint, plus copies of the rows that
@@ -269,8 +267,11 @@ async def _afork(
     copies = [NewMessage(id=r.id, data=r.data, tokens=r.tokens, created_at=r.created_at, kind=r.kind)
               for r in [*observed_prefix, *rows]]
     inserted = await store.aappend_messages(resolved, branch, copies)
-    _share_parsed(om, resolved, parent, branch, [*observed_prefix, *rows])
-    om._known_ids[record_key(resolved, branch)] = known_from_rows(inserted)  # a new thread: exactly its copies
+    # a new thread holds exactly its copies; the parent's parsed messages stand for them (parsing,
+    # not copying, is most of a fork's cost)
+    parsed = om.parsed_messages(resolved, parent)
+    om.remember_thread_rows(resolved, branch, inserted,
+                            {r.id: parsed[r.id] for r in [*observed_prefix, *rows] if r.id in parsed})
     new_seq = {old.seq: new.seq for old, new in zip([*observed_prefix, *rows], inserted, strict=False)}
     prefix = len(observed_prefix)
     if om.config.scope == "thread":
@@ -281,18 +282,6 @@ async def _afork(
     await _copy_working_memory(om, resolved, branch, position)
     await _register(om, resolved, thread_id, "branches", branch)
     return branch
-
-
-def _share_parsed(om: ObservationalMemory, resolved: str, parent: str, branch: str,
-                  rows: Sequence[StoredMessage]) -> None:
-    """Hand the parent's already parsed messages to the branch's cache, so its first step does not
-    parse its copies again (parsing, not copying, is most of a fork's cost)."""
-    parsed = om._message_cache.get(record_key(resolved, parent))
-    if not parsed:
-        return
-    shared = OrderedDict((r.id, parsed[r.id]) for r in rows if r.id in parsed)
-    if shared:
-        om._message_cache[record_key(resolved, branch)] = shared
 
 
 def _branch_record(
@@ -314,7 +303,7 @@ def _branch_record(
     })
 
 
-async def _mark_resource_watermark(om: ObservationalMemory, resolved: str, branch: str, prefix: int) -> None:
+async def _mark_resource_watermark(om: MemoryHost, resolved: str, branch: str, prefix: int) -> None:
     """Resource scope shares one record: only the branch's watermark is added to it."""
     for _ in range(5):
         record = await om.store.aget_record(resolved, None)
@@ -329,7 +318,7 @@ async def _mark_resource_watermark(om: ObservationalMemory, resolved: str, branc
             continue
 
 
-async def _load_snapshot(om: ObservationalMemory, resolved: str, position: Position | None) -> OMRecord | None:
+async def _load_snapshot(om: MemoryHost, resolved: str, position: Position | None) -> OMRecord | None:
     if position is None or position.record is None or position.version is None:
         return None
     value = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, f"record:{position.record}:{position.version}")
@@ -342,7 +331,7 @@ def _wm_key(branch: str) -> str:
     return f"thread:{thread_key(branch)}"  # working_memory's key for a thread's document
 
 
-async def _copy_working_memory(om: ObservationalMemory, resolved: str, branch: str, position: Position | None) -> None:
+async def _copy_working_memory(om: MemoryHost, resolved: str, branch: str, position: Position | None) -> None:
     """A thread-scope working memory document follows the branch; a resource-scope one is the
     user's across threads and stays shared."""
     if om.working_memory is None or om.working_memory.settings.scope != "thread":
@@ -354,16 +343,16 @@ async def _copy_working_memory(om: ObservationalMemory, resolved: str, branch: s
         await om.store.aput_value(resolved, _WM_NAMESPACE, _wm_key(branch), document)
 
 
-async def aposition(om: ObservationalMemory, run: BranchRun) -> dict[str, Any]:
+async def aposition(om: MemoryHost, run: BranchRun) -> dict[str, Any]:
     """The position to write into the checkpointed state after a step on ``run.branch``.
 
     Keeps what a later fork from this checkpoint needs: the record snapshot of this version
     (written once per version) and the working memory document (once per distinct document).
     A step that changed nothing costs one small read (the branch's last seq) and a cached record check."""
     cache = _cache(om)
-    resolved = om._resource_for(run.branch, run.resource_id)
+    resolved = om.resolve_resource(run.branch, run.resource_id)
     seq = await om.store.alast_seq(resolved, run.branch)
-    record = await om._load_record(resolved, run.branch)  # cached: a stamp read when unchanged
+    record = await om.aload_record(resolved, run.branch)  # cached: a stamp read when unchanged
     snap_key = (resolved, record.id, record.version)
     if snap_key not in cache.snapshots:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"record:{record.id}:{record.version}",
@@ -373,7 +362,7 @@ async def aposition(om: ObservationalMemory, run: BranchRun) -> dict[str, Any]:
     return Position(run.resource_id, run.branch, seq, record.id, record.version, document_hash).to_state()
 
 
-async def _remember_working_memory(om: ObservationalMemory, cache: _Cache, resolved: str, branch: str) -> str | None:
+async def _remember_working_memory(om: MemoryHost, cache: _Cache, resolved: str, branch: str) -> str | None:
     if om.working_memory is None or om.working_memory.settings.scope != "thread":
         return None
     document = await om.store.aget_value(resolved, _WM_NAMESPACE, _wm_key(branch))
@@ -391,7 +380,7 @@ def _registry_key(thread_id: str) -> str:
     return f"thread:{thread_id}"
 
 
-async def _register(om: ObservationalMemory, resolved: str, thread_id: str, field_name: str, value: str) -> None:
+async def _register(om: MemoryHost, resolved: str, thread_id: str, field_name: str, value: str) -> None:
     """Remember what a thread's time travel left in the store (its branches, working memory
     documents), so deleting the thread deletes them too. Written only on a fork or a new document."""
     registry = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id))
@@ -402,15 +391,17 @@ async def _register(om: ObservationalMemory, resolved: str, thread_id: str, fiel
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id), entry)
 
 
-async def adelete_branches(om: ObservationalMemory, thread_id: str, resource_id: str | None) -> None:
+async def adelete_branches(om: MemoryHost, thread_id: str, resource_id: str | None,
+                           delete_thread: Callable[[str], Awaitable[None]]) -> None:
     """Delete what time travel kept for a thread: its branch threads (messages and records), the
     record snapshots of the thread and its branches, and its working memory documents.
 
-    ``ObservationalMemory.adelete_thread`` calls it before deleting the thread itself. The key-value
+    ``ObservationalMemory.adelete_thread`` calls it before deleting the thread itself (and passes
+    itself as ``delete_thread`` for the branch threads). The key-value
     table has no delete, so snapshots are overwritten with null (``aget_value`` then reads None)."""
     if is_branch(thread_id):
         return
-    resolved = om._resource_for(thread_id, resource_id)
+    resolved = om.resolve_resource(thread_id, resource_id)
     registry = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, _registry_key(thread_id))
     entry = registry if isinstance(registry, Mapping) else {}
     branches = [b for b in entry.get("branches", []) if isinstance(b, str) and branch_root(b) == thread_id]
@@ -418,7 +409,7 @@ async def adelete_branches(om: ObservationalMemory, thread_id: str, resource_id:
         if om.config.scope == "thread":
             await _forget_snapshots(om, resolved, thread)
     for branch in branches:
-        await om.adelete_thread(branch, resource_id=resource_id)
+        await delete_thread(branch)
     for digest in entry.get("documents", []):
         if isinstance(digest, str):
             await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"wm:{digest}", None)
@@ -431,7 +422,7 @@ async def adelete_branches(om: ObservationalMemory, thread_id: str, resource_id:
             del written[key]
 
 
-async def _forget_snapshots(om: ObservationalMemory, resolved: str, thread: str) -> None:
+async def _forget_snapshots(om: MemoryHost, resolved: str, thread: str) -> None:
     record = await om.store.aget_record(resolved, thread)
     if record is None:
         return
@@ -441,7 +432,7 @@ async def _forget_snapshots(om: ObservationalMemory, resolved: str, thread: str)
             await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, key, None)
 
 
-async def abranch_lineage(om: ObservationalMemory, resolved: str, branch: str) -> list[tuple[str, int]]:
+async def abranch_lineage(om: MemoryHost, resolved: str, branch: str) -> list[tuple[str, int]]:
     """``[(thread, up_to_seq), ...]`` from the root down to ``branch``: the rows a branch's
     history consists of (each ancestor up to the seq the next one copied from; the branch whole)."""
     chain: list[tuple[str, int]] = []
@@ -516,7 +507,7 @@ class LineageView:
         return found
 
 
-async def alineage_view(om: ObservationalMemory, resolved: str, branch: str) -> Any:
+async def alineage_view(om: MemoryHost, resolved: str, branch: str) -> Any:
     """``om.store``, or a ``LineageView`` of it when ``branch`` is a branch thread."""
     if not is_branch(branch):
         return om.store

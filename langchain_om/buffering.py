@@ -1,19 +1,15 @@
-"""Background buffering: the task registry and the activation arithmetic.
+"""Background buffering's plumbing: the task registry and the idle TTLs.
 
-The arithmetic is kept pure (no I/O) so it can be property-tested: which
-buffered chunks to activate, how many tokens that removes, and the idle TTLs.
+Which chunks an activation takes is the planner's (``langchain_om.engine.planner``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
-
-from .config import ObservationConfig
-from .store.base import BufferedChunk
 
 logger = logging.getLogger("langchain_om.buffering")
 
@@ -41,49 +37,6 @@ def idle_ttl_ms(setting: Any, provider: str | None) -> float | None:
     if setting == "auto":
         return PROMPT_CACHE_TTL_MS.get((provider or "").lower(), DEFAULT_PROMPT_CACHE_TTL_MS)
     return float(setting)
-
-
-def removal_target(current_tokens: int, obs: ObservationConfig) -> int:
-    """Message tokens an activation should remove from the window.
-
-    A ratio removes that share of ``message_tokens``; an absolute value keeps that many tokens.
-    """
-    if obs.buffer_activation <= 1:
-        return max(1, int(obs.message_tokens * obs.buffer_activation))
-    return max(1, current_tokens - int(obs.buffer_activation))
-
-
-def select_chunks(
-    chunks: Sequence[BufferedChunk], current_tokens: int, obs: ObservationConfig
-) -> list[BufferedChunk]:
-    """The prefix of chunks (oldest first) an activation takes; always on chunk boundaries.
-
-    A ratio removes at least that share of ``message_tokens``: the shortest prefix reaching the
-    target (all chunks when together they fall short). An absolute value (>= 1000) is tokens to
-    *keep*, so the cut lands at or before the target: the longest prefix that still leaves that
-    many tokens, and at least the first chunk, since an activation must make progress.
-    """
-    ordered = sorted(chunks, key=lambda chunk: chunk.start_seq)
-    target = removal_target(current_tokens, obs)
-    chosen: list[BufferedChunk] = []
-    removed = 0
-    if obs.buffer_activation > 1:
-        for chunk in ordered:
-            if chosen and removed + chunk.message_tokens > target:
-                break
-            chosen.append(chunk)
-            removed += chunk.message_tokens
-        return chosen
-    for chunk in ordered:
-        chosen.append(chunk)
-        removed += chunk.message_tokens
-        if removed >= target:
-            break
-    return chosen
-
-
-def projected_removal(chunks: Sequence[BufferedChunk], current_tokens: int, obs: ObservationConfig) -> int:
-    return sum(chunk.message_tokens for chunk in select_chunks(chunks, current_tokens, obs)) if chunks else 0
 
 
 def ms_between(earlier: datetime, later: datetime) -> float:

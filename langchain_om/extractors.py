@@ -27,7 +27,7 @@ from .fence import neutralise
 from .store.base import OMRecord
 
 if TYPE_CHECKING:
-    from .engine import ObservationalMemory
+    from .host import MemoryHost
 
 logger = logging.getLogger("langchain_om.extractors")
 
@@ -36,7 +36,7 @@ ExtractionContext = dict[str, Any]
 """What instruction/schema functions and ``on_extracted`` receive.
 
 Keys: ``source`` ("observation" | "reflection"), ``slug``, ``thread_id``, ``resource_id``,
-``memory`` (the ``ObservationalMemory``), ``record`` (the ``OMRecord`` before this cycle),
+``memory`` (the ``MemoryHost``), ``record`` (the ``OMRecord`` before this cycle),
 ``previous_value`` (last persisted value or None) and, for ``on_extracted``, ``value``
 (the extracted value), ``input_text`` and ``observations`` (the cycle's new text).
 """
@@ -137,6 +137,10 @@ class Extractor:
         self.metadata_key_path: str | Literal[False] = metadata_key_path
         self.on_extracted = on_extracted
 
+
+    def attach(self, working_memory: Any, field: str) -> None:
+        """Called once the engine is built, with its working memory (or None); an extractor that
+        writes the working memory document checks it is there. Nothing by default."""
     @property
     def slug(self) -> str:
         """Stable identifier: the XML tag and the persistence key. Derived from ``name``; read-only."""
@@ -286,7 +290,7 @@ def _show(value: Any) -> str:
 
 
 class ExtractionPipeline:
-    """All extractors of one ``ObservationalMemory``; the engine calls it at its two seams."""
+    """All extractors of one ``MemoryHost``; the engine calls it at its two seams."""
 
     def __init__(self, observation: Sequence[Extractor], reflection: Sequence[Extractor], *,
                  thread_title: bool) -> None:
@@ -309,16 +313,11 @@ class ExtractionPipeline:
             self._by_slug.setdefault(extractor.slug, extractor)
 
     @classmethod
-    def from_config(cls, memory: ObservationalMemory, extra_observation: Sequence[Extractor] = ()
+    def from_config(cls, memory: MemoryHost, extra_observation: Sequence[Extractor] = ()
                     ) -> ExtractionPipeline:
         """Validate ``observation.extract`` / ``reflection.extract`` (types, unique slugs)."""
-        from .working_memory import WorkingMemoryExtractor
-
         obs_cfg, ref_cfg = memory.config.observation, memory.config.reflection
         observation_items = [*obs_cfg.extract, *extra_observation]
-        if obs_cfg.manage_working_memory and not any(isinstance(i, WorkingMemoryExtractor)
-                                                     for i in [*observation_items, *ref_cfg.extract]):
-            observation_items.append(WorkingMemoryExtractor())
         seen: dict[str, str] = {}
         lists: dict[Source, list[Extractor]] = {"observation": [], "reflection": []}
         for source, items in (("observation", observation_items), ("reflection", list(ref_cfg.extract))):
@@ -328,8 +327,7 @@ class ExtractionPipeline:
                     raise OMConfigError(field, f"expected an Extractor, got {type(item).__name__}")
                 if isinstance(item, BuiltinExtractor):
                     raise OMConfigError(field, f"{item.slug!r} is built in and always runs")
-                if isinstance(item, WorkingMemoryExtractor):
-                    item.attach(getattr(memory, "working_memory", None), field)
+                item.attach(getattr(memory, "working_memory", None), field)
                 if item.slug in seen:
                     raise OMConfigError(field, f"duplicate extractor slug {item.slug!r} (already in {seen[item.slug]})")
                 seen[item.slug] = field

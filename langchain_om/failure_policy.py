@@ -15,17 +15,23 @@ The engine calls two functions from here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from langchain_core.messages import BaseMessage
 
-from .events import ObservationFailedEvent, OMEvent
+from .config import OMConfig
+from .events import ObservationFailedEvent, OMEvent, StatusData
 from .failures import OMObservationError, classify_error
 from .messages import safe_cut_at_or_after
 from .models import OMModelError
+from .tokens import TokenCounter
 
-if TYPE_CHECKING:
-    from .engine import ObservationalMemory, OMContext
+
+class _Context(Protocol):
+    """The parts of a step's context (``OMContext``) the policy adjusts."""
+
+    status: StatusData
+    messages: list[BaseMessage]
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -36,9 +42,9 @@ def failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def raise_if_configured(om: ObservationalMemory, exc: BaseException, operation: str = "observation") -> None:
+def raise_if_configured(config: OMConfig, exc: BaseException, operation: str = "observation") -> None:
     """Raise ``OMObservationError`` from ``exc`` when the policy says so (a synchronous cycle failed)."""
-    if om.config.failure_policy.on_failure != "raise":
+    if config.failure_policy.on_failure != "raise":
         return
     kind = exc.kind if isinstance(exc, OMModelError) else classify_error(exc)
     raise OMObservationError(f"langchain-om {operation} failed: {failure_reason(exc)}", kind=kind,
@@ -53,8 +59,8 @@ def step_failure(events: Sequence[OMEvent]) -> str | None:
     return None
 
 
-def _trim(om: ObservationalMemory, messages: list[BaseMessage], ceiling: int) -> list[BaseMessage]:
-    tokens = [om.counter.count_messages([m]) for m in messages]
+def _trim(counter: TokenCounter, messages: list[BaseMessage], ceiling: int) -> list[BaseMessage]:
+    tokens = [counter.count_messages([m]) for m in messages]
     start, total = len(messages), 0
     while start > 0 and total + tokens[start - 1] <= ceiling:
         total += tokens[start - 1]
@@ -67,17 +73,17 @@ def _trim(om: ObservationalMemory, messages: list[BaseMessage], ceiling: int) ->
     return messages[cut:] if cut < len(messages) else messages[-1:]
 
 
-def apply_to_context(om: ObservationalMemory, context: OMContext, events: Sequence[OMEvent]) -> None:
+def apply_to_context(config: OMConfig, counter: TokenCounter, context: _Context, events: Sequence[OMEvent]) -> None:
     """Mark the status with this step's failure; enforce the hard ceiling on the agent's context."""
     error = step_failure(events)
-    if error is None or not om.config.enabled:
+    if error is None or not config.enabled:
         return  # the ceiling guards against a failing Observer only; a working one keeps the window bounded
     tokens = context.status.windows.active.messages.tokens
-    ceiling = om.config.hard_ceiling_tokens()
+    ceiling = config.hard_ceiling_tokens()
     if tokens > ceiling:
-        if om.config.failure_policy.on_failure == "raise":
+        if config.failure_policy.on_failure == "raise":
             raise OMObservationError(
                 f"langchain-om: {tokens} unobserved tokens are past failure_policy.hard_ceiling ({ceiling}) "
                 f"and the Observer cannot keep up{': ' + error if error else ''}", kind="transient")
-        context.messages = _trim(om, list(context.messages), ceiling)
+        context.messages = _trim(counter, list(context.messages), ceiling)
     context.status = context.status.model_copy(update={"observation_error": error})

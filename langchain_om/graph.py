@@ -40,6 +40,7 @@ from typing_extensions import NotRequired, TypedDict
 from .branches import POSITION_KEY, aposition, aresolve
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext, Phase
+from .run_ids import user_id_alias
 
 logger = logging.getLogger("langchain_om.graph")
 
@@ -81,13 +82,6 @@ def ids_from_config(config: RunnableConfig | None) -> tuple[str, str | None]:
     if resource_id is None:
         resource_id = user_id_alias(configurable)
     return str(thread_id), (str(resource_id) if resource_id is not None else None)
-
-
-def user_id_alias(configurable: Mapping[str, Any]) -> Any:
-    """``configurable["user_id"]``, or None when it is unset or blank: the LangGraph server puts
-    the authenticated user's name there, an empty string when the deployment has no auth."""
-    user_id = configurable.get("user_id")
-    return None if isinstance(user_id, str) and not user_id.strip() else user_id
 
 
 def _state_messages(state: Any, key: str) -> list[BaseMessage]:

@@ -58,10 +58,11 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .messages import TIMESTAMP_KEY
+from .run_ids import ids_from_run_config
 from .store.base import InvalidStoreInput, OMRecord, OMStore, StoredMessage
 
 if TYPE_CHECKING:
-    from .engine import ObservationalMemory
+    from .host import MemoryHost
     from .vector_index import StoreVectorIndex
 
 logger = logging.getLogger("langchain_om")
@@ -279,7 +280,7 @@ def _stamp(moment: datetime) -> str:
 class _Ctx:
     """Who is calling: the bound resource and current thread."""
 
-    def __init__(self, om: ObservationalMemory, resource_id: str, thread_id: str) -> None:
+    def __init__(self, om: MemoryHost, resource_id: str, thread_id: str) -> None:
         self.om = om
         self.resource_id = resource_id
         self.thread_id = thread_id
@@ -361,9 +362,9 @@ async def _resolve_thread(ctx: _Ctx, thread_id: str | None) -> str:
     if info is not None:
         return info.thread_id
     if ctx.om.config.obscure_ids and wanted.startswith("thread-"):
-        from .resource import resource_thread_ids
+        from .store.base import all_thread_ids
 
-        for candidate in await resource_thread_ids(ctx.om, ctx.resource_id):
+        for candidate in await all_thread_ids(ctx.om.store, ctx.resource_id):
             if ctx.om.thread_label(candidate) == wanted:
                 return candidate
     raise ToolException(
@@ -473,7 +474,7 @@ def message_stamp(stored: StoredMessage) -> str:
 
 def _render_message(ctx: _Ctx, stored: StoredMessage, args: RecallInput) -> str | None:
     """Low-detail text block for one message under the filters (None when no part matches)."""
-    parts = message_parts(ctx.om._as_langchain(ctx.resource_id, stored))
+    parts = message_parts(ctx.om.message_of(ctx.resource_id, stored))
     chosen = _matching(parts, args)
     if not chosen and (args.part_type or args.tool_name):
         return None
@@ -509,7 +510,7 @@ async def _next_part(
     rows = await ctx.store.aget_messages(ctx.resource_id, stored.thread_id, after_seq=stored.seq,
                                             limit=NEXT_SCAN + 1)
     for row in rows[:NEXT_SCAN]:
-        chosen = _matching(message_parts(ctx.om._as_langchain(ctx.resource_id, row)), args)
+        chosen = _matching(message_parts(ctx.om.message_of(ctx.resource_id, row)), args)
         if chosen:
             return _call(args, row.id, chosen[0])
     if len(rows) > NEXT_SCAN:  # nothing matched nearby: page on (high detail shows the first match)
@@ -545,7 +546,7 @@ async def _part_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[str,
     if args.cursor is None:
         raise ToolException("part_index: needs cursor=<message id> (the message whose [pN] you want)")
     stored = await _resolve_cursor(ctx, args.cursor)
-    parts = message_parts(ctx.om._as_langchain(ctx.resource_id, stored))
+    parts = message_parts(ctx.om.message_of(ctx.resource_id, stored))
     index = args.part_index if args.part_index is not None else 0
     if index < 0 or index >= len(parts):
         raise ToolException(
@@ -652,7 +653,7 @@ async def _high_page(
                             limit=args.limit, detail="high", thread=thread, has_next=has_next, has_prev=has_prev)
 
     for row in rows:
-        parts = message_parts(ctx.om._as_langchain(ctx.resource_id, row))
+        parts = message_parts(ctx.om.message_of(ctx.resource_id, row))
         chosen = _matching(parts, args)
         if chosen:
             shown = await _show_part(ctx, args, budget, row, parts, chosen[0])
@@ -724,12 +725,12 @@ RRF_K = 60
 """Reciprocal rank fusion constant: a message ranked r-th in a list adds 1 / (RRF_K + r)."""
 
 
-def keyword_search_available(om: ObservationalMemory) -> bool:
+def keyword_search_available(om: MemoryHost) -> bool:
     """Whether the store has its own keyword index (every bundled store does; SQLite needs FTS5)."""
     return bool(getattr(om.store, "keyword_search_available", False))
 
 
-def semantic_search_available(om: ObservationalMemory) -> bool:
+def semantic_search_available(om: MemoryHost) -> bool:
     retrieval = om.config.retrieval
     return retrieval is not None and retrieval.vector and (
         retrieval.vector_store is not None or _INDEXES.get(om) is not None
@@ -839,7 +840,7 @@ async def _search_mode(ctx: _Ctx, args: RecallInput, budget: _Budget) -> dict[st
         head = f"Thread {title} (id: {thread_id})" + (" ← current" if thread_id == ctx.thread_id else "")
         lines = [head]
         for score, stored in items:
-            parts = message_parts(ctx.om._as_langchain(ctx.resource_id, stored))
+            parts = message_parts(ctx.om.message_of(ctx.resource_id, stored))
             preview = _short(" ".join(p.text for p in parts if p.kind in ("text", "tool-result")), 160)
             lines.append(f"  [score {score:.3f}] {_role(stored)} · {message_stamp(stored)}: {preview}\n"
                          f"    cursor: {stored.id}")
@@ -866,19 +867,6 @@ def _validation_error(error: Any) -> str:
     return "recall error: invalid arguments — " + ("; ".join(problems) or "could not read the arguments")
 
 
-def ids_from_run_config(config: RunnableConfig | None) -> tuple[str | None, str | None]:
-    """``(thread_id, resource_id)`` a tool reads from ``config["configurable"]``, either may be
-    missing; ``user_id`` is the alias of ``resource_id``, as in the graph nodes and middleware."""
-    configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
-    thread = configurable.get("thread_id")
-    resource = configurable.get("resource_id")
-    if resource is None:
-        from .graph import user_id_alias
-
-        resource = user_id_alias(configurable)
-    return (str(thread) if thread is not None else None, str(resource) if resource is not None else None)
-
-
 class RecallTool(BaseTool):
     """The ``recall`` tool bound to one ``ObservationalMemory`` (and optionally one conversation)."""
 
@@ -886,7 +874,7 @@ class RecallTool(BaseTool):
     description: str = DESCRIPTION
     args_schema: type[BaseModel] = RecallInput
     memory: Any = Field(exclude=True)
-    """The ``ObservationalMemory`` whose store is read."""
+    """The ``MemoryHost`` whose store is read."""
     bound_thread_id: str | None = None
     bound_resource_id: str | None = None
     max_output_tokens: int = DEFAULT_TOKEN_BUDGET
@@ -894,10 +882,10 @@ class RecallTool(BaseTool):
     handle_validation_error: Any = _validation_error
 
     def _context(self, config: RunnableConfig | None) -> _Ctx:
-        from .engine import ObservationalMemory
+        from .host import MemoryHost
 
         om = self.memory
-        if not isinstance(om, ObservationalMemory):
+        if not isinstance(om, MemoryHost):
             raise ToolException("recall is not connected to an ObservationalMemory")
         config_thread, config_resource = ids_from_run_config(config)
         thread = self.bound_thread_id or config_thread
@@ -913,7 +901,7 @@ class RecallTool(BaseTool):
             # the run's branch of the thread (a run from an earlier checkpoint reads that branch)
             thread, resource = active_branch(om, thread, resource)
         try:
-            resolved = om._resource_for(thread, resource)
+            resolved = om.resolve_resource(thread, resource)
         except ValueError as exc:
             raise ToolException(str(exc)) from None
         return _Ctx(om, resolved, thread)
@@ -921,7 +909,7 @@ class RecallTool(BaseTool):
     async def arecall(self, args: RecallInput, config: RunnableConfig | None = None) -> dict[str, Any]:
         """Run one recall (already-validated arguments). Raises ``ToolException`` on bad input."""
         ctx = self._context(config)
-        await ctx.om._ensure_setup()
+        await ctx.om.aensure_setup()
         await ctx.aprepare()
         if args.limit < 1:
             raise ToolException(f"limit: must be a positive number (got {args.limit})")
@@ -969,12 +957,12 @@ class RecallTool(BaseTool):
             args = RecallInput(**kwargs)
         except ValidationError as exc:
             raise ToolException(_validation_error(exc).removeprefix("recall error: ")) from None
-        result: dict[str, Any] = self.memory._loop.run(self.arecall(args, config), twin="recall_tool.ainvoke(...)")
+        result: dict[str, Any] = self.memory.run_sync(self.arecall(args, config), twin="recall_tool.ainvoke(...)")
         return result
 
 
 def make_recall_tool(
-    om: ObservationalMemory, *, thread_id: str | None = None, resource_id: str | None = None,
+    om: MemoryHost, *, thread_id: str | None = None, resource_id: str | None = None,
     max_output_tokens: int = DEFAULT_TOKEN_BUDGET,
 ) -> RecallTool:
     """Build the tool (``om.recall_tool`` calls this)."""
@@ -989,7 +977,7 @@ def make_recall_tool(
 # ----------------------------------------------------------------------------- instructions
 
 
-def _search_instruction(om: ObservationalMemory) -> str:
+def _search_instruction(om: MemoryHost) -> str:
     """The sentence on mode="search", matching what this engine can actually search with."""
     keyword, semantic = keyword_search_available(om), semantic_search_available(om)
     where = ("this conversation" if om.config.retrieval is not None and om.config.retrieval.scope == "thread"
@@ -1008,7 +996,7 @@ def _search_instruction(om: ObservationalMemory) -> str:
             f"with cursor=<id>. If the results look unrelated, try other words or {fallback}.")
 
 
-def retrieval_instructions(om: ObservationalMemory) -> str:
+def retrieval_instructions(om: MemoryHost) -> str:
     """Scope-aware usage guidance for the agent (search is only mentioned when it exists)."""
     retrieval = om.config.retrieval
     if retrieval is None:
@@ -1040,7 +1028,7 @@ def retrieval_instructions(om: ObservationalMemory) -> str:
 
 
 async def retrieval_section(
-    om: ObservationalMemory, record: OMRecord, resource_id: str, thread_id: str
+    om: MemoryHost, record: OMRecord, resource_id: str, thread_id: str
 ) -> str | None:
     """Section provider: always in resource scope (other threads exist from the first message);
     in thread scope only once something was observed (before that, everything is in context)."""
@@ -1055,8 +1043,8 @@ async def retrieval_section(
 # ----------------------------------------------------------------------------- vector indexing
 
 
-def _index_text(om: ObservationalMemory, resource_id: str, stored: StoredMessage) -> str:
-    parts = message_parts(om._as_langchain(resource_id, stored))
+def _index_text(om: MemoryHost, resource_id: str, stored: StoredMessage) -> str:
+    parts = message_parts(om.message_of(resource_id, stored))
     return "\n".join(p.text for p in parts if p.kind in ("text", "tool-result")).strip()
 
 
@@ -1065,7 +1053,7 @@ def vector_document_id(resource_id: str, thread_id: str, message_id: str) -> str
 
 
 async def index_messages(
-    om: ObservationalMemory, resource_id: str, thread_id: str, rows: Sequence[StoredMessage]
+    om: MemoryHost, resource_id: str, thread_id: str, rows: Sequence[StoredMessage]
 ) -> None:
     """Embed newly stored messages into OM's stored index or the user's vector store (failures
     are logged, never raised: the messages are stored and keyword search finds them anyway)."""
@@ -1106,11 +1094,11 @@ async def index_messages(
         logger.warning("langchain-om: indexing %d message(s) for recall search failed: %s", len(docs), exc)
 
 
-_INDEXES: weakref.WeakKeyDictionary[ObservationalMemory, StoreVectorIndex] = weakref.WeakKeyDictionary()
+_INDEXES: weakref.WeakKeyDictionary[MemoryHost, StoreVectorIndex] = weakref.WeakKeyDictionary()
 """The stored-embeddings index of each engine built with ``embeddings`` and no ``vector_store``."""
 
 
-def install_retrieval(om: ObservationalMemory) -> None:
+def install_retrieval(om: MemoryHost) -> None:
     """Wire retrieval into an engine: the instructions section and vector indexing on store.
 
     With ``vector=True`` and ``embeddings`` but no ``vector_store``, the vectors are kept in

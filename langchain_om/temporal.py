@@ -29,7 +29,7 @@ from .messages import TIMESTAMP_KEY, dump_message
 from .store.base import NewMessage, record_key
 
 if TYPE_CHECKING:
-    from .engine import ObservationalMemory
+    from .host import MemoryHost
 
 GAP_THRESHOLD = timedelta(minutes=10)
 MARKER_TAG = "time-gap"
@@ -89,7 +89,7 @@ def _marker_row(thread_id: str, before: NewMessage, gap: timedelta) -> NewMessag
 
 
 async def insert_temporal_markers(
-    om: ObservationalMemory, resource_id: str, thread_id: str, rows: Sequence[NewMessage]
+    om: MemoryHost, resource_id: str, thread_id: str, rows: Sequence[NewMessage]
 ) -> list[NewMessage]:
     """Rows to store: ``rows`` with a marker before every human message that follows a 10+ minute gap.
 
@@ -120,6 +120,5 @@ async def insert_temporal_markers(
         out.append(row)
         previous = row.created_at
     if events:
-        key = record_key(resource_id, om._record_thread(thread_id))
-        om._pending_events.setdefault(key, []).extend(events)
+        om.queue_events(record_key(resource_id, om.record_thread(thread_id)), events)
     return out

@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 from langchain_core.embeddings import Embeddings
 
-from .store.base import OMStore
-from .store.search import VectorBatch, VectorItem, encode_vector
+from .store.base import OMStore, VectorBatch, VectorItem
+from .store.search import encode_vector
 
 DEFAULT_CACHED_RESOURCES = 4
 _LOAD_BATCH = 20_000

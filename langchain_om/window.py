@@ -15,6 +15,7 @@ from operator import attrgetter
 from langchain_core.messages import BaseMessage
 
 from .store.base import StoredMessage, total_tokens
+from .turns import Kind, kind_of_row
 
 _SEQ = attrgetter("seq")
 
@@ -29,6 +30,23 @@ class Window(tuple[StoredMessage, ...]):
     tokens: int
     parsed: tuple[BaseMessage, ...]
     _edits: bool | None = None
+    _kinds: tuple[Kind, ...] | None = None
+    _token_list: tuple[int, ...] | None = None
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        """Each row's kind (``turns``), read from the stored dicts once per window object and
+        carried along as rows join or leave; only the planner's cut rules need them."""
+        if self._kinds is None:
+            self._kinds = tuple(kind_of_row(row) for row in tuple.__iter__(self))
+        return self._kinds
+
+    @property
+    def token_list(self) -> tuple[int, ...]:
+        """Each row's tokens, in order (carried like ``kinds``)."""
+        if self._token_list is None:
+            self._token_list = tuple(row.tokens for row in tuple.__iter__(self))
+        return self._token_list
 
     @property
     def has_edits(self) -> bool:
@@ -55,8 +73,14 @@ class Window(tuple[StoredMessage, ...]):
             return Window()
         parsed = self.parsed[start:]
         if start * 2 <= len(self):
-            return Window(self[start:], self.tokens - total_tokens(self[:start]), parsed)
-        return Window(self[start:], None, parsed)
+            window = Window(self[start:], self.tokens - total_tokens(self[:start]), parsed)
+        else:
+            window = Window(self[start:], None, parsed)
+        if self._kinds is not None:
+            window._kinds = self._kinds[start:]
+        if self._token_list is not None:
+            window._token_list = self._token_list[start:]
+        return window
 
     def plus(self, rows: Iterable[StoredMessage]) -> Window:
         """This window with ``rows`` (newer, in seq order) appended."""
@@ -66,4 +90,8 @@ class Window(tuple[StoredMessage, ...]):
         window = Window(self + extra, self.tokens + total_tokens(extra), self.parsed)
         if self._edits is not None:
             window._edits = self._edits or any(row.kind == "edit" for row in extra)
+        if self._kinds is not None:
+            window._kinds = self._kinds + tuple(kind_of_row(row) for row in extra)
+        if self._token_list is not None:
+            window._token_list = self._token_list + tuple(row.tokens for row in extra)
         return window

@@ -36,14 +36,14 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from pydantic import BaseModel, Field, ValidationError, create_model
 
-from .config import OMConfigError
+from .config import OMConfig, OMConfigError
 from .extractors import ExtractionContext, Extractor
 from .fence import neutralise
-from .recall import ids_from_run_config
+from .run_ids import ids_from_run_config
 from .store.base import OMRecord, thread_key, utcnow
 
 if TYPE_CHECKING:
-    from .engine import ObservationalMemory
+    from .host import MemoryHost
 
 NAMESPACE = "working_memory"
 WORKING_MEMORY_SLUG = "working-memory"
@@ -130,14 +130,14 @@ def partial_model(schema: type[BaseModel]) -> type[BaseModel]:
 
 
 class WorkingMemory:
-    """Reads, writes and renders the working memory documents of one ``ObservationalMemory``."""
+    """Reads, writes and renders the working memory documents of one ``MemoryHost``."""
 
-    def __init__(self, memory: ObservationalMemory, settings: WorkingMemorySettings) -> None:
+    def __init__(self, memory: MemoryHost, settings: WorkingMemorySettings) -> None:
         self.memory = memory
         self.settings = settings
 
     @classmethod
-    def from_option(cls, memory: ObservationalMemory, option: Any) -> WorkingMemory | None:
+    def from_option(cls, memory: MemoryHost, option: Any) -> WorkingMemory | None:
         """Validate the option and register the context section; None when disabled."""
         settings = WorkingMemorySettings.build(
             option, manage_working_memory=memory.config.observation.manage_working_memory
@@ -148,17 +148,27 @@ class WorkingMemory:
         memory.section_providers.append(working.section)
         return working
 
+    @staticmethod
+    def observer_extractors(config: OMConfig) -> list[Extractor]:
+        """``observation.manage_working_memory``: the Observer keeps the document, through a
+        ``WorkingMemoryExtractor`` (unless the caller configured one already)."""
+        configured = [*config.observation.extract, *config.reflection.extract]
+        if config.observation.manage_working_memory and not any(
+                isinstance(item, WorkingMemoryExtractor) for item in configured):
+            return [WorkingMemoryExtractor()]
+        return []
+
     # ------------------------------------------------------------------ storage
 
     def _key(self, thread_id: str) -> str:
         return "resource" if self.settings.scope == "resource" else f"thread:{thread_key(thread_id)}"
 
     def _resource(self, thread_id: str, resource_id: str | None) -> str:
-        return self.memory._resource_for(thread_id, resource_id)
+        return self.memory.resolve_resource(thread_id, resource_id)
 
     async def aget(self, thread_id: str, *, resource_id: str | None = None) -> str | dict[str, Any] | None:
         """The current document: markdown text, a JSON object (with a schema), or None if never written."""
-        await self.memory._ensure_setup()
+        await self.memory.aensure_setup()
         stored = await self.memory.store.aget_value(
             self._resource(thread_id, resource_id), NAMESPACE, self._key(thread_id)
         )
@@ -176,7 +186,7 @@ class WorkingMemory:
         concurrent updates of different fields (the agent's tool and the Observer, or two
         workers) both survive, where a read here and a write later would lose one."""
         update = self._checked_input(value, merge=merge)
-        await self.memory._ensure_setup()
+        await self.memory.aensure_setup()
         fmt = "json" if self.settings.schema else "markdown"
 
         def apply(stored: Any) -> Any:
@@ -191,10 +201,10 @@ class WorkingMemory:
         return document
 
     def get(self, thread_id: str, **kwargs: Any) -> str | dict[str, Any] | None:
-        return self.memory._loop.run(self.aget(thread_id, **kwargs), twin="om.working_memory.aget(...)")
+        return self.memory.run_sync(self.aget(thread_id, **kwargs), twin="om.working_memory.aget(...)")
 
     def set(self, thread_id: str, value: Any, **kwargs: Any) -> str | dict[str, Any]:
-        return self.memory._loop.run(self.aset(thread_id, value, **kwargs), twin="om.working_memory.aset(...)")
+        return self.memory.run_sync(self.aset(thread_id, value, **kwargs), twin="om.working_memory.aset(...)")
 
     def _checked_input(self, value: Any, *, merge: bool) -> str | dict[str, Any]:
         """The caller's value in its stored shape (markdown text, or the given fields), checked
@@ -256,7 +266,7 @@ class WorkingMemory:
             lead += " It is kept up to date automatically; you never need to edit it."
         return f"{lead}\n\n<working-memory>\n{neutralise(body)}\n</working-memory>"
 
-    async def section(self, memory: ObservationalMemory, record: OMRecord, resource_id: str,
+    async def section(self, memory: MemoryHost, record: OMRecord, resource_id: str,
                       thread_id: str) -> str | None:
         """``om.section_providers`` entry: the working memory block of the OM system message."""
         document = await self.aget(thread_id, resource_id=resource_id)
@@ -346,7 +356,7 @@ class WorkingMemoryExtractor(Extractor):
     @property
     def working(self) -> WorkingMemory:
         if self._working is None:
-            raise RuntimeError("WorkingMemoryExtractor is not attached to an ObservationalMemory")
+            raise RuntimeError("WorkingMemoryExtractor is not attached to an MemoryHost")
         return self._working
 
     def resolve_instructions(self, context: ExtractionContext) -> str:

@@ -29,7 +29,6 @@ def cache_sizes(om: ObservationalMemory) -> dict[str, int]:
         "locks": len(om._locks),
         "step numbers": len(om._step_numbers),
         "pending events": len(om._pending_events),
-        "failure marks": len(om._reflection_failed_at),
         "background tasks": len(om._tasks._tasks),
     }
 

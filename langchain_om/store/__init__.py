@@ -21,19 +21,22 @@ from .base import (
     OMStore,
     RecordConflictError,
     RecordStamp,
+    SearchHit,
     StoredMessage,
     StoreError,
     SupportsLoopBinding,
     SupportsRecordStamp,
     ThreadInfo,
     ValueUpdate,
+    VectorBatch,
+    VectorItem,
     check_id,
     implicit_resource,
     record_key,
 )
 from .memory import InMemoryStore
 from .postgres import PostgresStore
-from .search import SearchHit, VectorBatch, VectorItem, decode_vector, encode_vector
+from .search import decode_vector, encode_vector
 from .sqlite import SQLiteStore
 
 DB_ENV = "LANGCHAIN_OM_DB"

@@ -16,12 +16,9 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
-
-if TYPE_CHECKING:
-    from .search import SearchHit, VectorBatch, VectorItem
 
 SCHEMA_VERSION = 5
 """1: the tables. 2: threads used without a resource move to their private resource
@@ -97,6 +94,48 @@ class StoredMessage(_Model):
     observed_at: datetime | None = None
 
 
+class SearchHit(BaseModel):
+    """A message found by keyword search; a higher ``score`` is more relevant (comparable within one search)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: StoredMessage
+    score: float
+
+
+class VectorItem(BaseModel):
+    """The embedding of one stored message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thread_id: str
+    message_id: str
+    vector: bytes
+
+
+class VectorBatch(BaseModel):
+    """Stored embeddings, column by column (100k rows load in one pass, no object per row).
+    ``positions`` grow with every insert, so a reader can fetch only newer rows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    positions: list[int] = Field(default_factory=list)
+    thread_ids: list[str] = Field(default_factory=list)
+    message_ids: list[str] = Field(default_factory=list)
+    vectors: list[bytes] = Field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @classmethod
+    def of(cls, rows: Sequence[Sequence[Any]]) -> VectorBatch:
+        """From ``(pos, thread_id, message_id, vector)`` rows, trusted (read back from the store)."""
+        return cls.model_construct(
+            positions=[int(r[0]) for r in rows], thread_ids=[r[1] for r in rows],
+            message_ids=[r[2] for r in rows], vectors=[bytes(r[3]) for r in rows],
+        )
+
+
 class ObservationGroup(_Model):
     """One block of the observation log with a durable pointer to the messages it came from."""
 
@@ -127,6 +166,8 @@ class BufferedChunk(_Model):
     observation_tokens: int
     current_task: str | None = None
     suggested_response: str | None = None
+    thread_title: str | None = None
+    """The title the Observer proposed (``observation.thread_title``), applied at activation."""
     extracted: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=utcnow)
     cycle_id: str | None = None
@@ -462,3 +503,19 @@ class OMStore(Protocol):
         """``(vectors ever deleted from the resource, highest pos in space)``, both read from an
         index (no count): a cache of the vectors is current while both are unchanged; a higher
         pos alone means rows were added after it."""
+
+
+_THREAD_PAGE = 200
+
+
+async def all_thread_ids(store: OMStore, resource_id: str) -> list[str]:
+    """Every thread of the resource, paged by id (keyset): a thread created or deleted between
+    two pages cannot make another one appear twice (and be observed twice) or be skipped."""
+    ids: list[str] = []
+    after: str | None = None
+    while True:
+        page = await store.alist_thread_ids(resource_id, after_id=after, limit=_THREAD_PAGE)
+        ids.extend(page)
+        if len(page) < _THREAD_PAGE:
+            return ids
+        after = page[-1]

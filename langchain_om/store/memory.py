@@ -22,24 +22,19 @@ from .base import (
     OMRecord,
     RecordConflictError,
     RecordStamp,
+    SearchHit,
     StoredMessage,
     ThreadInfo,
     ValueUpdate,
+    VectorBatch,
+    VectorItem,
     check_id,
     check_resource_id,
     check_thread_id,
     record_key,
     utcnow,
 )
-from .search import (
-    SearchHit,
-    VectorBatch,
-    VectorItem,
-    check_space,
-    check_vector_items,
-    search_arguments,
-    search_text,
-)
+from .search import check_space, check_vector_items, search_arguments, search_text
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _SUFFIXES = ("ings", "ing", "ies", "es", "ed", "s")

@@ -20,9 +20,14 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .base import InvalidStoreInput, StoredMessage, check_id, check_resource_id, check_thread_id
+from .base import (  # the result types live with the store protocol that returns them
+    InvalidStoreInput,
+    SearchHit,
+    VectorItem,
+    check_id,
+    check_resource_id,
+    check_thread_id,
+)
 
 MAX_QUERY_CHARS = 10_000
 """Longest query a store accepts (recall itself stops at fewer); longer is an error, not a cut."""
@@ -34,48 +39,6 @@ MAX_INDEXED_CHARS = 100_000
 """Characters of a message that are searchable (PostgreSQL's tsvector must stay under 1 MB)."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-
-
-class SearchHit(BaseModel):
-    """A message found by keyword search; a higher ``score`` is more relevant (comparable within one search)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    message: StoredMessage
-    score: float
-
-
-class VectorItem(BaseModel):
-    """The embedding of one stored message."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    thread_id: str
-    message_id: str
-    vector: bytes
-
-
-class VectorBatch(BaseModel):
-    """Stored embeddings, column by column (100k rows load in one pass, no object per row).
-    ``positions`` grow with every insert, so a reader can fetch only newer rows."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    positions: list[int] = Field(default_factory=list)
-    thread_ids: list[str] = Field(default_factory=list)
-    message_ids: list[str] = Field(default_factory=list)
-    vectors: list[bytes] = Field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    @classmethod
-    def of(cls, rows: Sequence[Sequence[Any]]) -> VectorBatch:
-        """From ``(pos, thread_id, message_id, vector)`` rows, trusted (read back from the store)."""
-        return cls.model_construct(
-            positions=[int(r[0]) for r in rows], thread_ids=[r[1] for r in rows],
-            message_ids=[r[2] for r in rows], vectors=[bytes(r[3]) for r in rows],
-        )
 
 
 def _block_text(block: Any) -> str:

@@ -47,10 +47,13 @@ from .base import (
     OMRecord,
     RecordConflictError,
     RecordStamp,
+    SearchHit,
     StoredMessage,
     StoreError,
     ThreadInfo,
     ValueUpdate,
+    VectorBatch,
+    VectorItem,
     check_id,
     check_resource_id,
     check_thread_id,
@@ -59,9 +62,6 @@ from .base import (
 )
 from .search import (
     RANK_CANDIDATES,
-    SearchHit,
-    VectorBatch,
-    VectorItem,
     check_space,
     check_vector_items,
     fts5_match,

@@ -31,49 +31,25 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .hooks import Trigger
-from .messages import safe_cut_at_or_after, safe_cut_at_or_before
-from .spend import add_to_record
-from .store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, total_tokens, utcnow
-from .turns import other_thread_cut, pin_message, pinned_row
-
-if TYPE_CHECKING:
-    from .engine import ObservationalMemory, _CycleResult, _StepState
+from ..backlog import Slice, split_thread
+from ..hooks import Trigger
+from ..spend import add_to_record
+from ..store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, all_thread_ids, utcnow
+from ..turns import other_thread_cut, pin_message, pinned_row, safe_cut_before
+from ..window import Window
+from . import planner
+from .core import EngineCore
+from .model_runs import apply_hints, arun_observer
+from .state import CycleResult, StepState
+from .titles import aapply_title
 
 _MAX_ATTEMPTS = 5
-_THREAD_PAGE = 200
-
-
-@dataclass
-class Slice:
-    """Consecutive unobserved messages of one thread that go to the Observer together."""
-
-    thread_id: str
-    messages: list[StoredMessage]
-
-    @property
-    def tokens(self) -> int:
-        return total_tokens(self.messages)
-
-
-async def resource_thread_ids(om: ObservationalMemory, resource_id: str) -> list[str]:
-    """Every thread of the resource, paged by id (keyset): a thread created or deleted between
-    two pages cannot make another one appear twice (and be observed twice) or be skipped."""
-    ids: list[str] = []
-    after: str | None = None
-    while True:
-        page = await om.store.alist_thread_ids(resource_id, after_id=after, limit=_THREAD_PAGE)
-        ids.extend(page)
-        if len(page) < _THREAD_PAGE:
-            return ids
-        after = page[-1]
 
 
 async def collect_unobserved(
-    om: ObservationalMemory, step: _StepState, record: OMRecord, *, trigger: Trigger
+    om: EngineCore, step: StepState, record: OMRecord, *, trigger: Trigger
 ) -> tuple[list[Slice], StoredMessage | None]:
     """Per-thread slices to observe now (oldest activity first) and the pinned human row, if any.
 
@@ -81,58 +57,31 @@ async def collect_unobserved(
     never taken: that thread's next context must start with its own user's message."""
     slices: list[Slice] = []
     pinned: StoredMessage | None = None
-    thread_ids = await resource_thread_ids(om, step.resource_id)
+    thread_ids = await all_thread_ids(om.store, step.resource_id)
     if step.thread_id not in thread_ids:
         thread_ids.append(step.thread_id)
     for thread_id in thread_ids:
         after = record.last_observed_seq.get(thread_id, 0)
-        window = await om.store.aget_messages(step.resource_id, thread_id, after_seq=after)
+        window = Window(await om.store.aget_messages(step.resource_id, thread_id, after_seq=after))
         if not window:
             continue
-        lc = [om._as_langchain(step.resource_id, m) for m in window]
+        kinds = window.kinds
         if thread_id == step.thread_id and trigger != "manual":
-            cut = om._sync_cut(lc, [m.tokens for m in window])
-            pinned = pinned_row(lc, window, cut)
+            cut = planner.observation_cut(om.config, kinds, window.token_list)
+            pinned = pinned_row(window, kinds, cut)
         elif trigger == "manual":
-            cut = safe_cut_at_or_before(lc, len(lc))
+            cut = safe_cut_before(kinds, len(kinds))
         else:
-            cut = other_thread_cut(lc)
+            cut = other_thread_cut(kinds)
         while cut > 0 and cut < len(window) and window[cut - 1].kind == "temporal-marker":
             cut -= 1  # a time-gap marker stays with the message it introduces
         if cut > 0:
-            slices.append(Slice(thread_id, window[:cut]))
+            slices.append(Slice(thread_id, list(window[:cut])))
     slices.sort(key=lambda s: (s.messages[0].created_at, s.thread_id))
     return slices, pinned
 
 
-def split_thread(om: ObservationalMemory, resource_id: str, piece: Slice, limit: int) -> list[Slice]:
-    """Split one thread's slice into parts of at most ``limit`` tokens at safe cuts.
-
-    A single tool exchange larger than the limit stays whole (it cannot be split safely)."""
-    if piece.tokens <= limit:
-        return [piece]
-    msgs = piece.messages
-    lc = [om._as_langchain(resource_id, m) for m in msgs]
-    parts: list[Slice] = []
-    start = 0
-    while start < len(msgs):
-        end, total = start, 0
-        while end < len(msgs) and (end == start or total + msgs[end].tokens <= limit):
-            total += msgs[end].tokens
-            end += 1
-        if end < len(msgs):
-            safe = safe_cut_at_or_before(lc, end)
-            if safe <= start:
-                safe = safe_cut_at_or_after(lc, start + 1)
-                if safe <= start:
-                    safe = len(msgs)
-            end = safe
-        parts.append(Slice(piece.thread_id, msgs[start:end]))
-        start = end
-    return parts
-
-
-def make_batches(om: ObservationalMemory, resource_id: str, slices: Sequence[Slice], limit: int) -> list[list[Slice]]:
+def make_batches(slices: Sequence[Slice], limit: int) -> list[list[Slice]]:
     """Pack slices into batches of at most ``limit`` tokens (first fit, in order)."""
     batches: list[list[Slice]] = []
     current: list[Slice] = []
@@ -142,7 +91,7 @@ def make_batches(om: ObservationalMemory, resource_id: str, slices: Sequence[Sli
             if current:
                 batches.append(current)
                 current, current_tokens = [], 0
-            batches.extend([part] for part in split_thread(om, resource_id, piece, limit))
+            batches.extend([part] for part in split_thread(piece, limit))
             continue
         if current and current_tokens + piece.tokens > limit:
             batches.append(current)
@@ -181,7 +130,7 @@ def split_by_thread(text: str, labels: dict[str, str]) -> dict[str, str] | None:
 
 
 def _groups_for_batch(
-    om: ObservationalMemory, record: OMRecord, batch: Sequence[Slice], result: _CycleResult, current: str
+    om: EngineCore, record: OMRecord, batch: Sequence[Slice], result: CycleResult, current: str
 ) -> list[ObservationGroup]:
     def group(piece: Slice, text: str, tokens: int, thread_ids: list[str] | None = None) -> ObservationGroup:
         return ObservationGroup(
@@ -199,8 +148,8 @@ def _groups_for_batch(
     return [group(anchor, result.text, result.tokens, [p.thread_id for p in batch])]
 
 
-async def observe_resource(
-    om: ObservationalMemory, step: _StepState, record: OMRecord, *, trigger: Trigger
+async def aobserve_resource(
+    om: EngineCore, step: StepState, record: OMRecord, *, trigger: Trigger
 ) -> OMRecord:
     """Observe every thread of the resource in parallel batches; one CAS commit. Returns the record."""
     limit = om.config.observation.max_tokens_per_batch
@@ -208,9 +157,9 @@ async def observe_resource(
         slices, pinned = await collect_unobserved(om, step, record, trigger=trigger)
         if not slices:
             return record
-        batches = make_batches(om, step.resource_id, slices, limit)
+        batches = make_batches(slices, limit)
         outcomes = await asyncio.gather(
-            *(om._observe_messages(step, record, _batch_dict(batch), trigger=trigger) for batch in batches),
+            *(arun_observer(om, step, record, _batch_dict(batch), trigger=trigger) for batch in batches),
             return_exceptions=True,
         )
         for outcome in outcomes:
@@ -243,17 +192,17 @@ async def observe_resource(
                 if piece.thread_id in marks and marks[piece.thread_id] >= first:
                     return record  # a later slice succeeded while an earlier one failed; retry next step
         if hint_result is not None:
-            om._apply_hints(updated, hint_result.current_task, hint_result.suggested_response, hint_result.extracted)
+            apply_hints(om, updated, hint_result.current_task, hint_result.suggested_response, hint_result.extracted)
         if pinned is not None and step.thread_id in marks:
             pin_message(updated.metadata, pinned)
         updated.updated_at = utcnow()
         try:
             committed = await om.store.acommit_record(updated, expected_version=record.version, mark_observed=marks)
         except RecordConflictError:
-            record = await om._load_record(step.resource_id, step.thread_id)
+            record = await om.aload_record(step.resource_id, step.thread_id)
             continue
         if hint_result is not None and any(p.thread_id == step.thread_id for b, _ in done for p in b):
-            await om._after_observation(step, committed, hint_result)
+            await aapply_title(om, step, hint_result.thread_title, hint_result.cycle_id)
         return committed
     return record
 

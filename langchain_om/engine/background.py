@@ -1,0 +1,114 @@
+"""Background buffering: pre-compute observations (and a reflection) while the agent works, so
+a later activation swaps them in without a model call.
+
+``planner.plan_buffering`` decides when; this module runs the cycles as tasks (at most one of a
+kind per record, ``BackgroundTasks``), under the record's ``buffer`` lease so that several
+workers never pay the Observer twice for the same messages, and stages the results in the
+record. A failed cycle flags the record, so the next threshold crossing observes synchronously.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..leases import is_free, lease_name, try_lease
+from ..spend import add_to_record as add_spend
+from ..store.base import BufferedChunk, OMRecord, StoredMessage, total_tokens
+from ..turns import kind_of_row, safe_cut_before
+from ..window import Window
+from . import planner
+from .core import EngineCore
+from .model_runs import arun_observer
+from .reflection import abuffer_reflection
+from .state import MAX_COMMIT_RETRIES, OMAborted, StepState
+
+logger = logging.getLogger("langchain_om")
+
+
+def schedule(core: EngineCore, step: StepState, record: OMRecord, window: Window) -> None:
+    """Start what the planner asks for after a step (nothing while a cycle of that kind runs)."""
+    plan = planner.plan_buffering(
+        core.config, record, step.thread_id, window,
+        observing=core._tasks.running(step.key, "observe"), reflecting=core._tasks.running(step.key, "reflect"),
+    )
+    if plan.observe_after is not None:
+        core._tasks.start(step.key, "observe", abuffer_observation(core, step, window.after(plan.observe_after)))
+    if plan.reflect_groups:
+        core._tasks.start(step.key, "reflect", abuffer_reflection(core, step, list(plan.reflect_groups)))
+
+
+def start_idle_buffering(core: EngineCore, step: StepState, record: OMRecord, window: Window) -> None:
+    """``buffer_on_idle``: buffer whatever is pending at the end of a turn."""
+    pending = window.after(planner.buffered_through(record, step.thread_id))
+    if pending:
+        core._tasks.start(step.key, "observe", abuffer_observation(core, step, pending))
+
+
+async def abuffer_observation(core: EngineCore, step: StepState, pending: Sequence[StoredMessage]) -> None:
+    """Observe ``pending`` in the background and stage the result as a chunk (unless another
+    worker holds the record's ``buffer`` lease: it is buffering the same messages)."""
+    ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
+    async with try_lease(core.store, lease_name(step.key, "buffer"), ttl) as held:
+        # a synchronous observation running elsewhere takes these messages: do not pay twice
+        if held and await is_free(core.store, lease_name(step.key, "observe")):
+            record = await core.aload_record(step.resource_id, step.thread_id)
+            done = planner.buffered_through(record, step.thread_id)
+            pending = [m for m in pending if m.seq > done]
+            if pending:
+                await _buffer_held(core, step, pending)
+
+
+async def _buffer_held(core: EngineCore, step: StepState, pending: Sequence[StoredMessage]) -> None:
+    emit = core.background_emit(step.key)
+    cut = safe_cut_before([kind_of_row(m) for m in pending], len(pending))
+    chosen = list(pending[:cut])
+    if not chosen:
+        return
+    record = await core.aload_record(step.resource_id, step.thread_id)
+    try:
+        result = await arun_observer(core, step, record, {step.thread_id: chosen}, trigger="async-buffer",
+                                     buffering=True, emit=emit)
+    except OMAborted as exc:
+        logger.warning("langchain-om buffering aborted: %s", exc)
+        result = None
+    if result is None:
+        await _flag_failure(core, step, planner.OBSERVATION_FAILED)
+        return
+    async with core._lock(step.key):
+        record = await core.aload_record(step.resource_id, step.thread_id)
+        if chosen[0].seq <= planner.buffered_through(record, step.thread_id):
+            return  # overtaken by a synchronous observation or another buffer: discard, never double-observe
+        chunk = BufferedChunk(
+            thread_id=step.thread_id, start_seq=chosen[0].seq, end_seq=chosen[-1].seq, start_id=chosen[0].id,
+            end_id=chosen[-1].id, message_count=len(chosen), message_tokens=total_tokens(chosen),
+            observations=result.text, observation_tokens=result.tokens, current_task=result.current_task,
+            suggested_response=result.suggested_response, thread_title=result.thread_title,
+            extracted=result.extracted, cycle_id=result.cycle_id,
+        )
+        updated = record.model_copy(deep=True)
+        if core.extraction_pipeline is not None:
+            # custom values are persisted when buffered (the buffering-end event reports them as
+            # stored); only the continuation hints wait for the chunk's activation
+            from ..extractors import BUILTIN_SLUGS
+
+            custom = {k: v for k, v in result.extracted.items() if k not in BUILTIN_SLUGS}
+            core.extraction_pipeline.persist(updated, custom)
+            chunk.extracted = {k: v for k, v in result.extracted.items() if k in BUILTIN_SLUGS}
+        updated.buffered_chunks.append(chunk)
+        add_spend(updated.metadata, "observer", result.usage, result.provider_metadata)
+        updated.metadata.pop(planner.OBSERVATION_FAILED, None)
+        await core.commit_quietly(updated, record.version)
+
+
+async def _flag_failure(core: EngineCore, step: StepState, flag: str) -> None:
+    """Record that background work failed (retried on a concurrent commit, so it is not lost)."""
+    async with core._lock(step.key):
+        for _attempt in range(MAX_COMMIT_RETRIES):
+            record = await core.aload_record(step.resource_id, step.thread_id)
+            if record.metadata.get(flag) is True:
+                return
+            updated = record.model_copy(deep=True)
+            updated.metadata[flag] = True
+            if await core.commit_quietly(updated, record.version):
+                return

@@ -1,0 +1,424 @@
+"""The engine's shared runtime: configuration, store, token counter, in-process caches, locks
+and background tasks, plus the small reads every cycle needs (the record, the unobserved window,
+a stored row as a LangChain message).
+
+``ObservationalMemory`` is this runtime plus the public methods (``facade``); the step and cycle
+modules are functions over it. Extensions (recall, working memory, temporal markers, extractors,
+branches) see it only through ``langchain_om.host.MemoryHost``.
+
+In-process caches, each bounded (README, "In-process caches"): per thread (``cache_limit``
+threads, least recently used first out) the ids stored, the caller's last list, the thread's
+incarnation, parsed messages (``MESSAGE_CACHE_PER_THREAD`` each), the unobserved window and the
+caller's instructions; per record (``cache_limit`` records) the parsed record, the rendered log,
+the run step counter, undelivered background events (``PENDING_EVENTS_LIMIT`` each) and idle
+locks. An evicted thread's next step is a cold step, nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from .._loop import LoopThread
+from ..branches import branch_root
+from ..buffering import BackgroundTasks
+from ..config import OMConfig, OMConfigError
+from ..credentials import check_model_strings
+from ..events import OMEvent
+from ..hooks import ObserveHooks
+from ..inputs import KnownMessage
+from ..messages import load_message
+from ..observer import thread_label
+from ..store.base import (
+    NewMessage,
+    OMRecord,
+    OMStore,
+    RecordConflictError,
+    StoredMessage,
+    SupportsLoopBinding,
+    SupportsRecordStamp,
+    check_id,
+    check_thread_id,
+    implicit_resource,
+    record_key,
+    utcnow,
+)
+from ..tokens import TokenCounter, get_token_counter
+from ..window import Window
+from .state import lru_put
+
+logger = logging.getLogger("langchain_om")
+
+SectionProvider = Callable[[Any, OMRecord, str, str], Awaitable[str | None]]
+"""Called with ``(om, record, resource_id, thread_id)`` to add a section to the context; the
+record is OM's cached one, shared across steps: read it, never change it."""
+MessageListener = Callable[[Any, str, str, list[StoredMessage]], Awaitable[None]]
+"""Called with ``(om, resource_id, thread_id, inserted_rows)`` after new messages are stored."""
+MESSAGE_CACHE_PER_THREAD = 2048
+THREAD_CACHE_LIMIT = 512
+PENDING_EVENTS_LIMIT = 200
+_T = TypeVar("_T")
+
+
+class WindowCache:
+    """The unobserved rows of one thread as last read (see ``EngineCore.window``)."""
+
+    __slots__ = ("after", "newest", "record_id", "rows")
+
+    def __init__(self, record_id: str, after: int, newest: int, rows: Window) -> None:
+        self.record_id, self.after, self.newest, self.rows = record_id, after, newest, rows
+
+
+class EngineCore:
+    """The runtime every engine module works on (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: OMStore | None = None,
+        *,
+        model: Any = None,
+        scope: Literal["thread", "resource"] = "thread",
+        observation: Any = None,
+        reflection: Any = None,
+        share_token_budget: bool = False,
+        temporal_markers: bool = False,
+        retrieval: Any = False,
+        activate_after_idle: Any = None,
+        activate_on_provider_change: bool = False,
+        hooks: Any = None,
+        token_counter: Any = "auto",
+        obscure_thread_ids: bool = False,
+        on_debug_event: Callable[[OMEvent], Any] | None = None,
+        enabled: bool = True,
+        clock: Callable[[], datetime] | None = None,
+        working_memory: Any = None,
+        failure_policy: Any = None,
+    ) -> None:
+        self.config = OMConfig.build(
+            enabled=enabled, model=model, scope=scope, observation=observation, reflection=reflection,
+            share_token_budget=share_token_budget, temporal_markers=temporal_markers, retrieval=retrieval,
+            activate_after_idle=activate_after_idle, activate_on_provider_change=activate_on_provider_change,
+            obscure_thread_ids=obscure_thread_ids, token_counter=token_counter, on_debug_event=on_debug_event,
+            failure_policy=failure_policy,
+        )
+        check_model_strings(self.config)  # a missing key or package fails here, not on every step
+        self.hooks = ObserveHooks.coerce(hooks)
+        if store is None:
+            from ..store import default_store
+
+            store = default_store()
+        self.store: OMStore = store
+        self.counter: TokenCounter = get_token_counter(token_counter)
+        self._clock = clock or utcnow
+        self._tasks = BackgroundTasks()
+        self._loop = LoopThread(refuse_in=self._store_bound_to)
+        self._setup_lock: asyncio.Lock | None = None
+        self._setup_loop: asyncio.AbstractEventLoop | None = None
+        self._is_setup = False
+        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self._known_ids: dict[str, dict[str, KnownMessage]] = {}  # thread -> stored id -> fingerprint, seq
+        self._caller_lists: OrderedDict[str, list[BaseMessage]] = OrderedDict()  # thread -> caller's last list
+        self._thread_born: OrderedDict[str, datetime] = OrderedDict()  # thread incarnation seen by the caches
+        self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
+        self._windows: dict[str, WindowCache] = {}
+        self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
+        self._rendered: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # record key -> (stamp, text)
+        # thread -> (fingerprints, the caller's system messages, their tokens)
+        self._instruction_cache: OrderedDict[str, tuple[Any, list[BaseMessage], int]] = OrderedDict()
+        self.cache_limit = THREAD_CACHE_LIMIT
+        """How many threads (and records) keep in-process state; the least recently used beyond it
+        are forgotten and start their next step cold (README, "In-process caches")."""
+        self._recent_threads: OrderedDict[str, None] = OrderedDict()
+        self._recent_records: OrderedDict[str, None] = OrderedDict()
+        self._pending_events: dict[str, list[OMEvent]] = {}
+        self._step_numbers: dict[str, int] = {}
+        self.section_providers: list[SectionProvider] = []
+        self.message_listeners: list[MessageListener] = []
+        if self.config.retrieval is not None:
+            from ..recall import install_retrieval
+
+            install_retrieval(self)
+        from ..extractors import ExtractionPipeline
+        from ..working_memory import WorkingMemory
+
+        self.working_memory: WorkingMemory | None = WorkingMemory.from_option(self, working_memory)
+        """Working memory (``working_memory=`` option / ``observation.manage_working_memory``), or None."""
+        self.extraction_pipeline: ExtractionPipeline | None = ExtractionPipeline.from_config(
+            self, WorkingMemory.observer_extractors(self.config))
+        """Built-in and custom extractors (``observation.extract`` / ``reflection.extract``)."""
+
+    # ----------------------------------------------------------- the host interface
+
+    async def aensure_setup(self) -> None:
+        """Create the store's tables once (idempotent, safe from any task)."""
+        if self._is_setup:
+            return
+        loop = asyncio.get_running_loop()
+        if self._setup_lock is None or self._setup_loop is not loop:
+            self._setup_lock, self._setup_loop = asyncio.Lock(), loop
+        async with self._setup_lock:
+            if not self._is_setup:
+                await self.store.asetup()
+                self._is_setup = True
+
+    _ensure_setup = aensure_setup
+
+    def resolve_resource(self, thread_id: str, resource_id: str | None) -> str:
+        """The resource a thread's memory lives under: the caller's, else the thread's private one."""
+        check_thread_id(thread_id)
+        if resource_id is None:
+            root = branch_root(thread_id)
+            if root != thread_id:  # a branch of a thread (see branches.py) lives under that thread's resource
+                return self.resolve_resource(root, None)
+            if self.config.scope == "resource":
+                raise OMConfigError("resource_id", "is required when scope='resource'")
+            return implicit_resource(thread_id)  # private to the thread: no explicit id can name it
+        if resource_id == implicit_resource(thread_id):
+            return resource_id  # resolved already (hooks and section providers pass it back): the same thread's
+        return check_id(resource_id, "resource_id")
+
+    _resource_for = resolve_resource
+
+    def record_thread(self, thread_id: str) -> str | None:
+        """The record's thread id: the thread in thread scope, None (the resource's) in resource scope."""
+        return thread_id if self.config.scope == "thread" else None
+
+    _record_thread = record_thread
+
+    def thread_label(self, thread_id: str) -> str:
+        return thread_label(thread_id, self.config.obscure_ids)
+
+    def message_of(self, resource_id: str, stored: StoredMessage) -> BaseMessage:
+        """A stored row as a LangChain message, parsed once per thread cache."""
+        cache = self._message_cache.get(record_key(resource_id, stored.thread_id))
+        if cache is not None and stored.id in cache:
+            return cache[stored.id]
+        message = load_message(stored.data)
+        if not message.id:
+            message.id = stored.id
+        if cache is None:
+            key = record_key(resource_id, stored.thread_id)
+            if key not in self._recent_threads:
+                return message  # a thread this process no longer keeps (e.g. a late background cycle)
+            cache = self._message_cache.setdefault(key, OrderedDict())
+        lru_put(cache, stored.id, message, MESSAGE_CACHE_PER_THREAD)  # parse each stored row once
+        return message
+
+    _as_langchain = message_of
+
+    def queue_events(self, key: str, events: Sequence[OMEvent]) -> None:
+        """Hold events for the record's next step (``key``: the record key)."""
+        pending = self._pending_events.setdefault(key, [])
+        pending.extend(events)
+        del pending[:-PENDING_EVENTS_LIMIT]  # a thread nobody steps keeps only its newest events
+
+    def remember_thread_rows(self, resource_id: str, thread_id: str, rows: Sequence[StoredMessage],
+                             parsed: dict[str, BaseMessage] | None = None) -> None:
+        """A thread created with exactly ``rows`` (a fork): its known ids, and parsed copies when
+        the caller has them, so its first step neither looks ids up nor parses again."""
+        from ..inputs import known_from_rows
+
+        key = record_key(resource_id, thread_id)
+        self._known_ids[key] = known_from_rows(rows)
+        if parsed:
+            self._message_cache[key] = OrderedDict(parsed)
+
+    def parsed_messages(self, resource_id: str, thread_id: str) -> dict[str, BaseMessage]:
+        """The thread's parsed messages this process holds (id -> message); empty when none."""
+        return dict(self._message_cache.get(record_key(resource_id, thread_id)) or {})
+
+    def run_sync(self, coro: Coroutine[Any, Any, _T], *, twin: str,
+                 waits_on: Callable[[asyncio.AbstractEventLoop], bool] | None = None) -> _T:
+        """Run ``coro`` on OM's private loop (the sync twins of async methods)."""
+        return self._loop.run(coro, twin=twin, waits_on=waits_on)
+
+    # ------------------------------------------------------------------ reads
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        loop_id = id(asyncio.get_running_loop())
+        lock = self._locks.get((loop_id, key))
+        if lock is None:
+            lock = self._locks[(loop_id, key)] = asyncio.Lock()
+        return lock
+
+    async def aload_record(self, resource_id: str, thread_id: str) -> OMRecord:
+        """The stored record, parsed only when its stamp changed since the last read.
+
+        The returned object is shared with the cache: engine code changes records only on a
+        ``model_copy(deep=True)``, and public methods hand out copies.
+        """
+        record_thread = self.record_thread(thread_id)
+        key = record_key(resource_id, record_thread)
+        cached = self._records.get(key)
+        if cached is not None and isinstance(self.store, SupportsRecordStamp):
+            stamp = await self.store.aget_record_stamp(resource_id, record_thread)
+            if stamp is not None and stamp == (cached.version, cached.updated_at):
+                self._records.move_to_end(key)
+                return cached
+        record = await self.store.aget_record(resource_id, record_thread)
+        if record is not None:
+            lru_put(self._records, key, record, self.cache_limit)
+            return record
+        fresh = OMRecord(resource_id=resource_id, thread_id=record_thread, scope=self.config.scope)
+        try:
+            return await self.store.acommit_record(fresh, expected_version=0)
+        except RecordConflictError:
+            existing = await self.store.aget_record(resource_id, record_thread)
+            if existing is None:
+                raise
+            return existing
+
+    _load_record = aload_record
+
+    async def awindow(self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True) -> Window:
+        """Unobserved messages of the thread, oldest first, with their token total.
+
+        Messages are append-only and ``seq`` grows under the store's per-thread lock, so the
+        window is the cached rows past ``last_observed_seq`` plus whatever was stored after the
+        newest cached row (by this or another worker). A step reads only its new rows: its cost
+        stays flat in the history length. The cache is keyed by record id, so a deleted and
+        recreated thread starts over.
+        """
+        after = record.last_observed_seq.get(thread_id, 0)
+        key = record_key(resource_id, thread_id)
+        cached = self._windows.get(key)
+        if cached is None or cached.record_id != record.id or cached.after > after:
+            rows = Window(await self.store.aget_messages(resource_id, thread_id, after_seq=after))
+            newest = rows[-1].seq if rows else after
+        else:
+            # refresh=False: later in the same step, under the thread lock, nothing new to read
+            newest = max(cached.newest, after)
+            rows = cached.rows.after(after)
+            # the step's own rows are in the cache already (see persistence): read rows only when
+            # another worker stored some, which the thread's last seq tells in one small read
+            if refresh and await self.store.alast_seq(resource_id, thread_id) > newest:
+                rows = rows.plus(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
+            newest = rows[-1].seq if rows else newest
+        self._windows[key] = WindowCache(record.id, after, newest, rows)
+        return rows
+
+    _window = awindow
+
+    def window_messages(self, resource_id: str, thread_id: str, window: Window) -> list[BaseMessage]:
+        """The window's rows as LangChain messages. Rows parsed for an earlier step's context
+        travel with the window (``Window.parsed``), so a step looks up only its new rows."""
+        parsed = window.parsed
+        if len(parsed) < len(window):
+            cache = self._message_cache.get(record_key(resource_id, thread_id))
+            rest = window[len(parsed):]
+            if cache is None:
+                parsed += tuple(self.message_of(resource_id, m) for m in rest)
+            else:
+                hit = cache.get
+                parsed += tuple(hit(m.id) or self.message_of(resource_id, m) for m in rest)
+            window.parsed = parsed
+        return list(parsed)
+
+    async def commit_quietly(self, record: OMRecord, version: int) -> bool:
+        """Commit unless another writer got there first (the caller then re-plans or gives up)."""
+        try:
+            await self.store.acommit_record(record, expected_version=version)
+            return True
+        except RecordConflictError:
+            return False
+
+    # --------------------------------------------------------------- caches
+
+    def touch_thread(self, cache_key: str) -> None:
+        """Mark a thread as recently used; drop the caches of the least recently used beyond the limit."""
+        self._recent_threads[cache_key] = None
+        self._recent_threads.move_to_end(cache_key)
+        while len(self._recent_threads) > self.cache_limit:
+            old, _ = self._recent_threads.popitem(last=False)
+            self.forget_thread(old)
+
+    def forget_thread(self, cache_key: str) -> None:
+        """Drop one thread's in-process state (its next step is a cold step)."""
+        for cache in (self._known_ids, self._caller_lists, self._thread_born, self._message_cache, self._windows,
+                      self._instruction_cache):
+            cache.pop(cache_key, None)
+
+    def touch_record(self, key: str) -> None:
+        """Mark a record as recently used; forget the per-record state of the least recently used
+        beyond the limit: step numbers, undelivered background events, cached record and rendered
+        log, and its locks when no one holds or waits for them."""
+        self._recent_records[key] = None
+        self._recent_records.move_to_end(key)
+        excess = len(self._recent_records) - self.cache_limit
+        if excess <= 0:
+            return
+        # oldest first; a record with background work running stays until a later step
+        idle = [k for k in self._recent_records if k != key and not self._tasks.running_any(k)][:excess]
+        for old in idle:
+            del self._recent_records[old]
+            self.forget_record(old)
+            for lock_key in [k for k in self._locks if k[1] == old]:
+                if _idle(self._locks[lock_key]):
+                    del self._locks[lock_key]
+
+    def forget_record(self, key: str) -> None:
+        """Drop one record's in-process state."""
+        for cache in (self._step_numbers, self._pending_events, self._records, self._rendered):
+            cache.pop(key, None)
+
+    async def before_store(self, resource_id: str, thread_id: str, rows: list[NewMessage]) -> list[NewMessage]:
+        """Extension point before rows are written (temporal markers insert rows here)."""
+        if not self.config.temporal_markers:
+            return rows
+        from ..temporal import insert_temporal_markers
+
+        return await insert_temporal_markers(self, resource_id, thread_id, rows)
+
+    # --------------------------------------------------------------- events
+
+    def background_emit(self, key: str) -> Callable[[OMEvent], None]:
+        """Where a background cycle's events go: held for the record's next step."""
+        def push(event: OMEvent) -> None:
+            self.debug(event)
+            if key in self._recent_records:  # else a record this process no longer keeps: it starts afresh
+                self.queue_events(key, [event])
+
+        return push
+
+    def debug(self, event: OMEvent) -> None:
+        callback = self.config.on_debug_event
+        if callback is None:
+            return
+        try:
+            result = callback(event)
+            if asyncio.iscoroutine(result):
+                asyncio.get_running_loop().create_task(result)
+        except Exception:
+            logger.exception("langchain-om on_debug_event raised")
+
+    async def dispatch(self, events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
+        """Send events as LangChain custom events and to LangGraph's custom stream, when in a run."""
+        from ..callbacks import dispatch_events
+
+        for event in events:
+            if not event.type.startswith("data-om-buffering-"):  # background events were debugged already
+                self.debug(event)
+        await dispatch_events(events, config)
+
+    # ---------------------------------------------------------------- loops
+
+    def _store_bound_to(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether the store's connections belong to ``loop`` (a sync twin there would deadlock)."""
+        return isinstance(self.store, SupportsLoopBinding) and self.store.bound_loop() is loop
+
+    def _background_of(self, thread_id: str, resource_id: str | None) -> Callable[[asyncio.AbstractEventLoop], bool]:
+        """Whether a loop runs background work of this thread's record (what ``adelete_thread`` waits for)."""
+        key = record_key(self.resolve_resource(thread_id, resource_id), self.record_thread(thread_id))
+        return lambda loop: self._tasks.on_loop(loop, key)
+
+
+def _idle(lock: asyncio.Lock) -> bool:
+    """Nobody holds the lock and nobody waits for it (so a new one may stand in for it)."""
+    return not lock.locked() and not getattr(lock, "_waiters", None)

@@ -1,0 +1,168 @@
+"""Storing what the caller passed: new messages, the caller's instructions and edits.
+
+A step costs O(new messages), not O(history): new messages are found from the fingerprints of
+the ids this process has seen stored (``inputs.sort_inputs``); a process's first step on a
+thread looks up only the ids the caller passes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from langchain_core.messages import BaseMessage
+
+from ..inputs import Instructions, KnownMessage, edit_row, known_from_rows, message_fingerprint, sort_inputs
+from ..messages import dump_message, ensure_id, message_timestamp
+from ..store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id, record_key
+from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
+from .state import MAX_COMMIT_RETRIES, StepState, lru_put
+
+
+@dataclass
+class StepInputs:
+    """What ``apersist`` found in the caller's messages."""
+
+    instructions: list[BaseMessage] = field(default_factory=list)
+    edited: list[BaseMessage] = field(default_factory=list)
+    inserted: list[StoredMessage] = field(default_factory=list)
+    caller_list: list[BaseMessage] = field(default_factory=list)
+
+
+async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str) -> None:
+    """Create the thread on its first step here; on later steps check, with a one-row read,
+    that it is still the incarnation this worker's caches describe. Another worker may have
+    deleted and re-created it, and clients reuse message ids (``msg-1``): matched against the
+    old incarnation's ids, the new messages would silently never be stored."""
+    cache_key = record_key(resource_id, thread_id)
+    born = core._thread_born.get(cache_key)
+    if born is not None and cache_key in core._known_ids:
+        thread = await core.store.aget_thread(resource_id, thread_id)
+        if thread is not None and thread.created_at == born:
+            return
+    for cache in (core._known_ids, core._caller_lists, core._message_cache, core._windows):
+        cache.pop(cache_key, None)
+    thread = await core.store.aensure_thread(resource_id, thread_id)
+    lru_put(core._thread_born, cache_key, thread.created_at, core.cache_limit)
+
+
+async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages: Sequence[BaseMessage],
+                   now: datetime) -> StepInputs:
+    """Store the messages not stored yet; report the caller's instructions and edits."""
+    cache_key = record_key(resource_id, thread_id)
+    core.touch_thread(cache_key)
+    known = core._known_ids.get(cache_key)
+    if known is None:
+        # a process's first step on the thread: look up only the ids the caller passes (the
+        # store skips an id it holds, so a message another worker stored is never doubled)
+        ids = [m.id for m in messages if isinstance(m, BaseMessage) and m.id]
+        found = await core.store.aget_messages_by_ids(resource_id, thread_id, ids) if ids else []
+        known = known_from_rows(sorted(found, key=lambda row: row.seq))
+        core._known_ids[cache_key] = known
+    cache = core._message_cache.setdefault(cache_key, OrderedDict())
+    # the caller's list of the last step is taken out until this step has stored and settled
+    # everything in it: a step that fails half-way makes the next one look at the whole list
+    caller_list = core._caller_lists.pop(cache_key, [])
+    sorted_inputs = sort_inputs(messages, known, cache, caller_list)
+    fresh = sorted_inputs.fresh
+    for instruction in sorted_inputs.instructions:
+        ensure_id(instruction)
+    inputs = StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited,
+                        caller_list=caller_list)
+    if not fresh:
+        return inputs
+    rows: list[NewMessage] = []
+    for message in fresh:
+        ensure_id(message)
+        created = message_timestamp(message) or now
+        tokens = core.counter.count_message(message)
+        rows.append(NewMessage(id=message.id or new_id("msg_"), data=dump_message(message), tokens=tokens,
+                               created_at=created))
+    rows = await core.before_store(resource_id, thread_id, rows)
+    inserted = await core.store.aappend_messages(resource_id, thread_id, rows)
+    _extend_window(core, cache_key, inserted)
+    for listener in core.message_listeners:
+        await listener(core, resource_id, thread_id, inserted)
+    known.update(known_from_rows(inserted))  # fingerprints the counter just stored in each row
+    by_id = {m.id: m for m in fresh if m.id}
+    for row in inserted:
+        sent = by_id.get(row.id)
+        if sent is not None:
+            cache[row.id] = sent
+    while len(cache) > MESSAGE_CACHE_PER_THREAD:
+        cache.popitem(last=False)
+    inputs.inserted = inserted
+    return inputs
+
+
+async def asettle(core: EngineCore, step: StepState, record: OMRecord, inputs: StepInputs) -> OMRecord:
+    """Under the thread lock: keep the caller's instructions, apply edits of known messages."""
+    if inputs.instructions:
+        prints = Instructions.fingerprints(inputs.instructions)  # once a step, for every check below
+        if Instructions.changed(record.metadata, step.thread_id, prints):
+            for _attempt in range(MAX_COMMIT_RETRIES):
+                updated = record.model_copy(deep=True)
+                Instructions.put(updated.metadata, step.thread_id, inputs.instructions, prints)
+                try:
+                    record = await core.store.acommit_record(updated, expected_version=record.version)
+                    break
+                except RecordConflictError:
+                    record = await core.aload_record(step.resource_id, step.thread_id)
+                    if not Instructions.changed(record.metadata, step.thread_id, prints):
+                        break
+        # this step's own objects stand for the stored copy (same content): the caller's state
+        # keeps its ids, and nothing is parsed again
+        tokens = sum(core.counter.count_message(m) for m in inputs.instructions)
+        lru_put(core._instruction_cache, record_key(step.resource_id, step.thread_id),
+                (tuple(prints), list(inputs.instructions), tokens), core.cache_limit)
+    if inputs.edited:
+        await _apply_edits(core, step, record, inputs.edited)
+    settled(core, step.resource_id, step.thread_id, inputs)
+    return record
+
+
+def settled(core: EngineCore, resource_id: str, thread_id: str, inputs: StepInputs) -> None:
+    """Everything the caller passed is stored: its list is the baseline of the next step."""
+    lru_put(core._caller_lists, record_key(resource_id, thread_id), inputs.caller_list, core.cache_limit)
+
+
+async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edited: Sequence[BaseMessage]) -> None:
+    """An unobserved message takes its new content in place; an observed one gets an ``edit``
+    row after the newest message, which the Observer reads as a correction."""
+    cache_key = record_key(step.resource_id, step.thread_id)
+    known = core._known_ids.setdefault(cache_key, {})
+    cache = core._message_cache.setdefault(cache_key, OrderedDict())
+    watermark = record.last_observed_seq.get(step.thread_id, 0)
+    corrections: list[NewMessage] = []
+    for message in edited:
+        mid = str(message.id)
+        entry = known.get(mid)
+        if entry is None:
+            continue
+        tokens = core.counter.count_message(message)
+        fingerprint = message_fingerprint(message)
+        replaced = entry.seq > watermark and await core.store.areplace_message(
+            step.resource_id, step.thread_id, mid, dump_message(message), tokens)
+        if not replaced:
+            corrections.append(edit_row(message, tokens, step.now))
+        known[mid] = KnownMessage(fingerprint, entry.seq)
+        cache[mid] = message
+    core._windows.pop(cache_key, None)  # re-read the (bounded) unobserved window with the edits
+    if corrections:
+        inserted = await core.store.aappend_messages(step.resource_id, step.thread_id, corrections)
+        for listener in core.message_listeners:
+            await listener(core, step.resource_id, step.thread_id, inserted)
+
+
+def _extend_window(core: EngineCore, cache_key: str, inserted: list[StoredMessage]) -> None:
+    """Add just-stored rows to the cached window when they follow its newest row directly;
+    after a gap (another worker stored rows in between) the next refresh reads them all."""
+    window = core._windows.get(cache_key)
+    if window is None or not inserted:
+        return
+    first, last = inserted[0].seq, inserted[-1].seq
+    if first == window.newest + 1 and last - first == len(inserted) - 1:
+        window.rows = window.rows.plus(inserted)
+        window.newest = last

@@ -1,0 +1,185 @@
+"""The reflection cycle: condense the observation log (now, in the background, or by
+activating a reflection buffered earlier), as ``planner.plan_reflection`` decides.
+
+A reflection replaces exactly the groups it covered (a prefix of the log) with one group, in
+one compare-and-swap. A cycle whose best effort stays over the threshold, or that fails, sets
+the record's *hold* (``planner.REFLECTION_HOLD``): no automatic attempt, in this worker or
+another, until the log has grown (``planner.reflection_held``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
+from ..hooks import Trigger
+from ..spend import add_to_record as add_spend
+from ..store.base import BufferedReflection, ObservationGroup, OMRecord, RecordConflictError, new_id, utcnow
+from . import planner
+from .activation import reflection_signals
+from .core import EngineCore
+from .model_runs import Reflected, apply_hints, arun_reflector
+from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState
+
+logger = logging.getLogger("langchain_om")
+
+
+async def areflect_step(core: EngineCore, step: StepState, record: OMRecord, window_tokens: int) -> OMRecord:
+    """Plan and carry out the step's reflection; a buffered reflection that was activated is
+    followed by a second plan, so ``reflection.block_after`` holds on the log it leaves."""
+    signals = reflection_signals(core, step)
+    plan = planner.plan_reflection(core.config, record, window_tokens, signals)
+    if plan is not None and plan.action == "activate":
+        staged = record.buffered_reflection
+        if staged is not None:
+            record = await aactivate_reflection(core, step, record, staged, plan)
+        plan = planner.plan_reflection(core.config, record, window_tokens)
+        if plan is not None and plan.action == "activate":
+            return record  # another worker staged a new one meanwhile: the next step activates it
+    if plan is not None and plan.action == "reflect":
+        record = await areflect_now(core, step, record, trigger="turn-sync")
+    return record
+
+
+async def areflect_now(core: EngineCore, step: StepState, record: OMRecord, *, trigger: Trigger) -> OMRecord:
+    """Reflect the whole log synchronously; on a concurrent commit, plan on the latest record."""
+    group_ids = [g.id for g in record.groups]
+    for _attempt in range(MAX_COMMIT_RETRIES):
+        outcome = await arun_reflector(core, step, record, group_ids, trigger=trigger, buffering=False)
+        if outcome is None:
+            return await _hold(core, step, record.observation_tokens)
+        updated = apply_reflection(core, record, group_ids, outcome.result)
+        if updated is None:
+            return record
+        _set_hold(updated, outcome)
+        try:
+            return await core.store.acommit_record(updated, expected_version=record.version)
+        except RecordConflictError:
+            record = await core.aload_record(step.resource_id, step.thread_id)
+            group_ids = [g.id for g in record.groups]
+    return record
+
+
+def _set_hold(record: OMRecord, outcome: Reflected) -> None:
+    """Mark a best effort that stayed over the threshold; clear the mark once one reached it."""
+    if outcome.reached:
+        record.metadata.pop(planner.REFLECTION_HOLD, None)
+    else:
+        record.metadata[planner.REFLECTION_HOLD] = record.observation_tokens
+
+
+async def _hold(core: EngineCore, step: StepState, log_tokens: int, flag: str | None = None) -> OMRecord:
+    """Record a failed reflection cycle (retried on a concurrent commit, so it is not lost)."""
+    record = await core.aload_record(step.resource_id, step.thread_id)
+    for _attempt in range(MAX_COMMIT_RETRIES):
+        if record.metadata.get(planner.REFLECTION_HOLD) == log_tokens and (flag is None or record.metadata.get(flag)):
+            return record
+        updated = record.model_copy(deep=True)
+        updated.metadata[planner.REFLECTION_HOLD] = log_tokens
+        if flag is not None:
+            updated.metadata[flag] = True
+        try:
+            return await core.store.acommit_record(updated, expected_version=record.version)
+        except RecordConflictError:
+            record = await core.aload_record(step.resource_id, step.thread_id)
+    return record
+
+
+def apply_reflection(core: EngineCore, record: OMRecord, covered: Sequence[str], result: CycleResult | None,
+                     *, text: str | None = None, tokens: int | None = None) -> OMRecord | None:
+    """Replace exactly the covered groups (a prefix of the log) with one reflected group."""
+    ids = [g.id for g in record.groups]
+    if ids[: len(covered)] != list(covered) or not covered:
+        return None
+    old = record.groups[: len(covered)]
+    updated = record.model_copy(deep=True)
+    updated.generation_count += 1
+    threads = sorted({g.thread_id for g in old})
+    reflected = ObservationGroup(
+        thread_id=old[-1].thread_id, start_id=old[0].start_id, end_id=old[-1].end_id,
+        text=text if text is not None else (result.text if result else ""),
+        tokens=tokens if tokens is not None else (result.tokens if result else 0),
+        generation=updated.generation_count, source="reflection", thread_ids=threads if len(threads) > 1 else [],
+    )
+    updated.groups = [reflected, *updated.groups[len(covered):]]
+    updated.buffered_reflection = None
+    updated.metadata.pop(planner.REFLECTION_FAILED, None)
+    if result is not None:
+        apply_hints(core, updated, result.current_task, result.suggested_response, result.extracted)
+        add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
+    updated.updated_at = utcnow()
+    return updated
+
+
+async def abuffer_reflection(core: EngineCore, step: StepState, group_ids: list[str]) -> None:
+    """Background: reflect ``group_ids`` and stage the result for a later activation."""
+    emit = core.background_emit(step.key)
+    record = await core.aload_record(step.resource_id, step.thread_id)
+    try:
+        outcome = await arun_reflector(core, step, record, group_ids, trigger="async-buffer", buffering=True,
+                                       emit=emit)
+    except OMAborted as exc:
+        logger.warning("langchain-om reflection buffering aborted: %s", exc)
+        outcome = None
+    async with core._lock(step.key):
+        if outcome is None:
+            # the buffering-failed event is out; the observations are untouched
+            await _hold(core, step, record.observation_tokens, planner.REFLECTION_FAILED)
+            return
+        record = await core.aload_record(step.resource_id, step.thread_id)
+        ids = [g.id for g in record.groups]
+        if ids[: len(group_ids)] != group_ids or record.buffered_reflection is not None:
+            return
+        result = outcome.result
+        updated = record.model_copy(deep=True)
+        extracted = dict(result.extracted)
+        if core.extraction_pipeline is not None:
+            from ..extractors import BUILTIN_SLUGS
+
+            core.extraction_pipeline.persist(updated, {k: v for k, v in extracted.items() if k not in BUILTIN_SLUGS})
+            extracted = {k: v for k, v in extracted.items() if k in BUILTIN_SLUGS}
+        updated.buffered_reflection = BufferedReflection(
+            covered_group_ids=group_ids, text=result.text, input_tokens=outcome.input_tokens,
+            output_tokens=result.tokens, extracted=extracted, cycle_id=result.cycle_id,
+        )
+        updated.metadata.pop(planner.REFLECTION_FAILED, None)
+        if outcome.reached:
+            updated.metadata.pop(planner.REFLECTION_HOLD, None)
+        else:
+            # the log it leaves once activated: what stays uncovered plus the best effort
+            covered = sum(g.tokens for g in record.groups if g.id in set(group_ids))
+            updated.metadata[planner.REFLECTION_HOLD] = record.observation_tokens - covered + result.tokens
+        add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
+        await core.commit_quietly(updated, record.version)
+
+
+async def aactivate_reflection(core: EngineCore, step: StepState, record: OMRecord, pending: BufferedReflection,
+                               plan: planner.ReflectionStep) -> OMRecord:
+    """Swap a buffered reflection in (no model call); a stale one (the log changed under it) is dropped."""
+    updated = apply_reflection(core, record, pending.covered_group_ids, None, text=pending.text,
+                               tokens=pending.output_tokens)
+    if updated is not None and pending.extracted:
+        hints = pending.extracted
+        apply_hints(core, updated, hints.get("current-task"), hints.get("suggested-response"), hints)
+    if updated is None:
+        stale = record.model_copy(deep=True)
+        stale.buffered_reflection = None
+        await core.commit_quietly(stale, record.version)
+        return await core.aload_record(step.resource_id, step.thread_id)
+    try:
+        committed = await core.store.acommit_record(updated, expected_version=record.version)
+    except RecordConflictError:
+        return await core.aload_record(step.resource_id, step.thread_id)
+    idle = plan.signals.idle
+    step.events.append(ActivationEvent(data=ActivationData(
+        cycle_id=new_id("cycle_"), operation_type="reflection", activated_at=iso_now(), chunks_activated=1,
+        tokens_activated=pending.output_tokens, observation_tokens=committed.observation_tokens,
+        messages_activated=0, generation_count=committed.generation_count, observations=pending.text,
+        triggered_by=plan.triggered_by,
+        last_activity_at=int(idle.last_activity.timestamp() * 1000) if idle else None,
+        ttl_expired_ms=idle.over_ms if idle else None, previous_model=plan.signals.previous_model,
+        current_model=step.current_model if plan.triggered_by == "provider_change" else None,
+        record_id=committed.id, thread_id=step.thread_id,
+        config=ObservationMarkerConfig(**core.config.marker_config()))))
+    return committed

@@ -1,0 +1,87 @@
+"""The context the agent's model reads: the caller's instructions, OM's system message (the
+observation log, continuation hints, extension sections) and the unobserved messages, with the
+newest human message pinned back in when an observation took it."""
+
+from __future__ import annotations
+
+from langchain_core.messages import BaseMessage
+
+from ..context import context_message, render_context
+from ..events import StatusData
+from ..inputs import Instructions, is_edit_message
+from ..store.base import OMRecord, StoredMessage, record_key
+from ..window import Window
+from .core import EngineCore
+from .state import OMContext, lru_put
+
+
+async def abuild_context(core: EngineCore, record: OMRecord, window: Window, resource_id: str, thread_id: str,
+                         status: StatusData) -> OMContext:
+    sections: list[str] = []
+    for provider in core.section_providers:
+        section = await provider(core, record, resource_id, thread_id)
+        if section:
+            sections.append(section)
+    text = render(core, record, sections)
+    messages = core.window_messages(resource_id, thread_id, window)
+    if window.has_edits:  # corrections are for the Observer, not the model
+        messages = [m for m in messages if not is_edit_message(m)]
+    if not any(m.type == "human" for m in messages):
+        pinned = await _pinned_message(core, record, resource_id, thread_id)
+        if pinned is not None:
+            messages.insert(0, core.message_of(resource_id, pinned))
+    system = context_message(text) if text else None
+    instructions, _tokens = instructions_of(core, record, thread_id)
+    return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record,
+                     instructions=list(instructions))
+
+
+async def _pinned_message(core: EngineCore, record: OMRecord, resource_id: str, thread_id: str) -> StoredMessage | None:
+    """The newest human message of the thread when an observation took it (looked up by thread
+    and seq: a forked conversation may hold the same id in another thread of the resource)."""
+    pinned = record.metadata.get("pinned")
+    if isinstance(pinned, dict):
+        entry = pinned.get(thread_id)
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], int)):
+            return None
+        rows = await core.store.aget_messages(resource_id, thread_id, after_seq=entry[1] - 1,
+                                              before_seq=entry[1] + 1)
+        return rows[0] if rows and rows[0].id == entry[0] else None
+    legacy = record.metadata.get("pinned_message_id")  # records written before pins carried a seq
+    if isinstance(legacy, str):
+        row = await core.store.aget_message(resource_id, legacy)
+        if row is not None and row.thread_id == thread_id:
+            return row
+    return None
+
+
+def instructions_of(core: EngineCore, record: OMRecord, thread_id: str) -> tuple[list[BaseMessage], int]:
+    """The caller's system messages for the thread and their tokens (parsed once per change)."""
+    entry = Instructions.stored(record.metadata, thread_id)
+    if entry is None:
+        return [], 0
+    stamp = tuple(entry.get("fingerprints") or ())
+    key = record_key(record.resource_id, thread_id)
+    cached = core._instruction_cache.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1], cached[2]
+    messages = Instructions.load(record.metadata, thread_id)
+    tokens = sum(core.counter.count_message(m) for m in messages)
+    lru_put(core._instruction_cache, key, (stamp, messages, tokens), core.cache_limit)
+    return messages, tokens
+
+
+def render(core: EngineCore, record: OMRecord, sections: list[str]) -> str | None:
+    """The system message text; rendered again only when the record or a section changed
+    (a 20k-token log takes ~0.1 ms to render, and most steps change neither)."""
+    stamp = (record.id, record.version, record.updated_at, tuple(sections))
+    cached = core._rendered.get(record.key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    labels = {g.thread_id: core.thread_label(g.thread_id) for g in record.groups}
+    text = render_context(
+        record.groups, current_task=record.current_task, suggested_response=record.suggested_response,
+        extra_sections=sections, thread_labels=labels, show_thread=core.config.scope == "resource",
+    )
+    lru_put(core._rendered, record.key, (stamp, text), core.cache_limit)
+    return text

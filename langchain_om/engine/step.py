@@ -1,0 +1,126 @@
+"""One agent step, start to end: the I/O loop around the planner.
+
+``astep`` stores the caller's messages, then under the record's lock asks the planner phase by
+phase and carries each decision out: activate buffered chunks, observe synchronously, reflect
+(or activate a buffered reflection). It then builds the model's context and status and starts
+the background work the planner asks for. Each phase reads the state the previous one left, so
+``aprocess`` with all phases and the graph's phase-by-phase nodes reach the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from .. import failure_policy
+from ..events import StatusEvent
+from ..failures import turn_budget
+from ..oversize import warn_oversized
+from ..store.base import OMRecord, record_key
+from . import planner
+from .activation import aactivate_chunks, observation_signals
+from .background import schedule, start_idle_buffering
+from .core import EngineCore
+from .observation import aobserve_now
+from .persistence import aensure_thread, apersist, asettle, settled
+from .reflection import areflect_step
+from .rendering import abuild_context
+from .state import OMAborted, OMContext, Phase, StepState, check_phases, left_window
+from .status import status_of
+
+
+async def astep(
+    core: EngineCore, thread_id: str, messages: Sequence[BaseMessage], *, resource_id: str | None,
+    config: RunnableConfig | None, current_model: str | None, now: datetime | None,
+    phases: Collection[Phase] | None,
+) -> OMContext:
+    """``ObservationalMemory.aprocess`` (see there)."""
+    resource = core.resolve_resource(thread_id, resource_id)
+    run = check_phases(phases)
+    await core.aensure_setup()
+    moment = now or core._clock()
+    await aensure_thread(core, resource, thread_id)
+    inputs = await apersist(core, resource, thread_id, messages, moment)
+    warn_oversized(inputs.inserted, core.config.observation.message_tokens)
+    key = record_key(resource, core.record_thread(thread_id))
+    core.touch_record(key)
+    step = StepState(resource, thread_id, key, moment, [], current_model, config)
+    aborted: str | None = None
+    async with core._lock(key):
+        step.events.extend(core._pending_events.pop(key, []))
+        record = await core.aload_record(resource, thread_id)
+        record = await asettle(core, step, record, inputs)
+        window_before = await core.awindow(record, resource, thread_id)
+        if core.config.enabled:
+            try:
+                with turn_budget(core.config.failure_policy.turn_budget_s()):
+                    record = await arun_phases(core, step, record, run)
+            except OMAborted as exc:
+                aborted = str(exc)
+                record = await core.aload_record(resource, thread_id)
+        window = await core.awindow(record, resource, thread_id, refresh=False)
+        # the reflect phase closes an agent step; so does an abort, after which no model runs
+        closes_step = "reflect" in run or aborted is not None
+        if closes_step:
+            core._step_numbers[key] = core._step_numbers.get(key, 0) + 1
+        status = status_of(core, record, window, thread_id, core._step_numbers.get(key, 0))
+        if closes_step:
+            step.events.insert(0, StatusEvent(data=status))
+        context = await abuild_context(core, record, window, resource, thread_id, status)
+        if closes_step:
+            failure_policy.apply_to_context(core.config, core.counter, context, step.events)
+            step.events[0] = StatusEvent(data=context.status)
+        if core.config.enabled and closes_step and aborted is None:
+            schedule(core, step, record, window)
+    context.events = step.events
+    context.observed_message_ids = left_window(window_before, window)
+    context.aborted = aborted
+    await core.dispatch(step.events, config)
+    return context
+
+
+async def arun_phases(core: EngineCore, step: StepState, record: OMRecord, phases: frozenset[str]) -> OMRecord:
+    """Activate, observe, reflect: each phase plans on the record and window the last one left."""
+    cfg = core.config
+    window = await core.awindow(record, step.resource_id, step.thread_id, refresh=False)
+    if step.arrival_window is None:
+        step.arrival_window = window
+    if "activate" in phases:
+        activation = planner.plan_activation(cfg, record, step.thread_id, window, observation_signals(core, step))
+        if activation is not None:
+            record = await aactivate_chunks(core, step, record, window, activation)
+            window = await core.awindow(record, step.resource_id, step.thread_id, refresh=False)
+    if "observe" in phases:
+        observation = planner.plan_observation(cfg, record, step.thread_id, window)
+        if observation is not None:
+            record = await aobserve_now(core, step, record, observation, window)
+            window = await core.awindow(record, step.resource_id, step.thread_id, refresh=False)
+    if "reflect" in phases:
+        record = await areflect_step(core, step, record, window.tokens)
+    return record
+
+
+async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMessage], *,
+                    resource_id: str | None) -> None:
+    """``ObservationalMemory.aon_turn_end`` (see there)."""
+    resource = core.resolve_resource(thread_id, resource_id)
+    await core.aensure_setup()
+    await aensure_thread(core, resource, thread_id)
+    inputs = await apersist(core, resource, thread_id, messages, core._clock())
+    key = record_key(resource, core.record_thread(thread_id))
+    core.touch_record(key)
+    step = StepState(resource, thread_id, key, core._clock(), [], None, None)
+    idle_buffering = core.config.buffering_enabled and core.config.observation.buffer_on_idle
+    if not (idle_buffering or inputs.instructions or inputs.edited):
+        settled(core, resource, thread_id, inputs)
+        return
+    async with core._lock(key):
+        record = await core.aload_record(resource, thread_id)
+        record = await asettle(core, step, record, inputs)
+        if not idle_buffering:
+            return
+        window = await core.awindow(record, resource, thread_id)
+    start_idle_buffering(core, step, record, window)

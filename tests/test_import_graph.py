@@ -1,0 +1,128 @@
+"""The package's import graph has no cycles (DESIGN.md: layers, nothing reaches upward).
+
+Every import counts: module level, inside functions (a lazy import only hides a cycle) and under
+``TYPE_CHECKING`` (a type that names the engine couples an extension to it all the same). Importing
+``a.b.c`` from outside package ``a.b`` also runs ``a/b/__init__.py``, so it depends on that too.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import langchain_om
+
+ROOT = Path(langchain_om.__file__).parent
+PACKAGE = "langchain_om"
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join([PACKAGE, *parts])] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
+    is_package = path.name == "__init__.py"
+    here = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(PACKAGE):
+                    yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if not target.startswith(PACKAGE):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield sub if sub in modules else target
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target in _imports(name, path, modules):
+            while target not in modules and "." in target:
+                target = target.rpartition(".")[0]
+            if target == name:
+                continue
+            graph[name].add(target)
+            parent = target.rpartition(".")[0]
+            while parent and parent != PACKAGE:  # importing a.b.c runs a/b/__init__ unless we are inside a.b
+                if not (name == parent or name.startswith(parent + ".")):
+                    graph[name].add(parent)
+                parent = parent.rpartition(".")[0]
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_package_has_no_import_cycles() -> None:
+    graph = import_graph()
+    assert len(graph) > 40, "the walk found the package's modules"
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_extensions_reach_the_engine_only_through_the_host_interface() -> None:
+    graph = import_graph()
+    for extension in ("recall", "working_memory", "temporal", "extractors", "branches", "backlog",
+                      "failure_policy", "turns", "window"):
+        reached = graph[f"{PACKAGE}.{extension}"]
+        assert not any(t.startswith(f"{PACKAGE}.engine") for t in reached), (extension, sorted(reached))
+
+
+def test_no_module_is_longer_than_a_sitting() -> None:
+    """DESIGN.md: no module over ~600 lines (the engine's are well under it)."""
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 650}
+    assert long == {}
