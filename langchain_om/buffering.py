@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
-from .config import ObservationConfig
+from .config import ObservationConfig, ratio_tokens
 from .store.base import BufferedChunk
 
 logger = logging.getLogger("langchain_om.buffering")
@@ -49,7 +49,7 @@ def removal_target(current_tokens: int, obs: ObservationConfig) -> int:
     A ratio removes that share of ``message_tokens``; an absolute value keeps that many tokens.
     """
     if obs.buffer_activation <= 1:
-        return max(1, int(obs.message_tokens * obs.buffer_activation))
+        return max(1, ratio_tokens(obs.message_tokens, obs.buffer_activation))
     return max(1, current_tokens - int(obs.buffer_activation))
 
 
