@@ -1021,7 +1021,8 @@ class ObservationalMemory:
     ) -> list[Any]:
         if self.extraction_pipeline is not None:
             return list(await self.extraction_pipeline.ainline_specs(
-                source, record, memory=self, thread_id=step.thread_id, resource_id=step.resource_id))
+                source, record, memory=self, thread_id=step.thread_id, resource_id=step.resource_id,
+                request_context=step.config, main_agent=step.current_model))
         return []
 
     def recall_tool(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
@@ -1114,6 +1115,7 @@ class ObservationalMemory:
             return await self.extraction_pipeline.run(
                 source=source, memory=self, record=record, parsed=parsed, input_text=input_text,
                 thread_id=step.thread_id, resource_id=step.resource_id,
+                request_context=step.config, main_agent=step.current_model,
             )
         values: dict[str, Any] = {}
         if getattr(parsed, "current_task", None):
@@ -1127,6 +1129,7 @@ class ObservationalMemory:
         custom, failures = await self.extraction_pipeline.run(
             source=source, memory=self, record=record, parsed=parsed, input_text=input_text,
             thread_id=step.thread_id, resource_id=step.resource_id,
+            request_context=step.config, main_agent=step.current_model,
         )
         values.update(custom)
         return values, failures
@@ -1152,16 +1155,18 @@ class ObservationalMemory:
             self._tasks.start(step.key, "reflect", self._buffer_reflection(step, [g.id for g in record.groups]))
 
     async def aon_turn_end(
-        self, thread_id: str, messages: Sequence[BaseMessage] = (), *, resource_id: str | None = None
+        self, thread_id: str, messages: Sequence[BaseMessage] = (), *, resource_id: str | None = None,
+        config: RunnableConfig | None = None,
     ) -> None:
-        """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now."""
+        """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now
+        (its extractors see ``config`` as their ``request_context``)."""
         resource = self._resource_for(thread_id, resource_id)
         await self._ensure_setup()
         await self._ensure_thread(resource, thread_id)
         inputs = await self._persist(resource, thread_id, messages, self._clock())
         key = record_key(resource, self._record_thread(thread_id))
         self._touch_record(key)
-        step = _StepState(resource, thread_id, key, self._clock(), [], None, None)
+        step = _StepState(resource, thread_id, key, self._clock(), [], None, config)
         idle_buffering = self.config.buffering_enabled and self.config.observation.buffer_on_idle
         if not (idle_buffering or inputs.instructions or inputs.edited):
             self._settled(resource, thread_id, inputs)
