@@ -87,6 +87,7 @@ from .messages import (
 )
 from .models import ModelSelectionError, OMModelError, acall_om_model, model_supports_images
 from .oversize import warn_oversized
+from .run_steps import RunSteps, run_mark
 from .spend import add_to_record as add_spend
 from .spend import record_spend
 from .store.base import (
@@ -324,7 +325,7 @@ class ObservationalMemory:
         self._recent_records: OrderedDict[str, None] = OrderedDict()
         self._reflection_failed_at: dict[str, int] = {}  # record key -> log tokens at a failed sync reflection
         self._pending_events: dict[str, list[OMEvent]] = {}
-        self._step_numbers: dict[str, int] = {}
+        self._step_numbers = RunSteps()  # record key -> the run of its last step, that step's number
         self.section_providers: list[SectionProvider] = []
         self.message_listeners: list[MessageListener] = []
         if self.config.retrieval is not None:
@@ -537,7 +538,7 @@ class ObservationalMemory:
         idle = [k for k in self._recent_records if k != key and not self._tasks.running_any(k)][:excess]
         for old in idle:
             del self._recent_records[old]
-            self._step_numbers.pop(old, None)
+            self._step_numbers.forget(old)
             self._pending_events.pop(old, None)
             self._reflection_failed_at.pop(old, None)
             self._records.pop(old, None)
@@ -687,8 +688,8 @@ class ObservationalMemory:
             # the reflect phase closes an agent step; so does an abort, after which no model runs
             closes_step = "reflect" in run or aborted is not None
             if closes_step:
-                self._step_numbers[key] = self._step_numbers.get(key, 0) + 1
-            status = self._status(record, window, thread_id, self._step_numbers.get(key, 0))
+                self._step_numbers.close_step(key, run_mark(config), self.cache_limit)
+            status = self._status(record, window, thread_id, self._step_numbers.last(key))
             if closes_step:
                 step.events.insert(0, StatusEvent(data=status))
             context = await self._build_context(record, window, resource, thread_id, status)
@@ -1735,7 +1736,7 @@ class ObservationalMemory:
             self._rendered.pop(key, None)
             self._instruction_cache.pop(cache_key, None)
             self._pending_events.pop(key, None)
-            self._step_numbers.pop(key, None)
+            self._step_numbers.forget(key)
             self._reflection_failed_at.pop(key, None)
 
     def delete_thread(self, thread_id: str, **kwargs: Any) -> None:
@@ -1764,7 +1765,7 @@ class ObservationalMemory:
         record = await self._load_record(resource, thread_id)
         window = await self._window(record, resource, thread_id)
         key = record_key(resource, self._record_thread(thread_id))
-        return self._status(record, window, thread_id, self._step_numbers.get(key, 0))
+        return self._status(record, window, thread_id, self._step_numbers.last(key))
 
     def status(self, thread_id: str, **kwargs: Any) -> StatusData:
         return self._loop.run(self.astatus(thread_id, **kwargs), twin="om.astatus(...)")
