@@ -27,6 +27,14 @@ Duration = float | Literal["auto"] | Literal[False] | None
 """Milliseconds, ``"auto"`` (provider prompt-cache TTL), ``False`` (off) or ``None`` (inherit)."""
 
 
+def ratio_tokens(base: int, ratio: float) -> int:
+    """``base x ratio`` rounded to the nearest token (a half rounds up).
+
+    Truncating the float product loses a token whenever the product lands a hair under a whole
+    number: 30,000 x (1 - 0.8) is 5,999.999... and 1.3 x 33,333 is 43,332.9."""
+    return math.floor(base * ratio + 0.5)
+
+
 class OMConfigError(ValueError):
     """An invalid option; ``field`` is the dotted option path (``observation.block_after``)."""
 
@@ -259,20 +267,20 @@ class ObservationConfig(_Strict):
         if self.buffer_tokens is False:
             return 0
         if self.buffer_tokens < 1:
-            return max(1, int(self.message_tokens * self.buffer_tokens))
+            return max(1, ratio_tokens(self.message_tokens, self.buffer_tokens))
         return int(self.buffer_tokens)
 
     def block_after_tokens(self) -> int:
         """The token count past which a synchronous observation is forced."""
         value = self.block_after if self.block_after is not None else DEFAULT_BLOCK_AFTER
         if value < 100:
-            return int(self.message_tokens * value)
+            return ratio_tokens(self.message_tokens, value)
         return int(value)
 
     def tokens_to_keep_after_activation(self) -> int:
         """Message tokens that should remain in the window after an activation."""
         if self.buffer_activation <= 1:
-            return max(0, int(self.message_tokens * (1 - self.buffer_activation)))
+            return max(0, ratio_tokens(self.message_tokens, 1 - self.buffer_activation))
         return int(self.buffer_activation)
 
 
@@ -330,11 +338,11 @@ class ReflectionConfig(_Strict):
 
     def block_after_tokens(self) -> int:
         if self.block_after < 100:
-            return int(self.observation_tokens * self.block_after)
+            return ratio_tokens(self.observation_tokens, self.block_after)
         return int(self.block_after)
 
     def buffer_start_tokens(self) -> int:
-        return int(self.observation_tokens * self.buffer_activation)
+        return ratio_tokens(self.observation_tokens, self.buffer_activation)
 
 
 class FailurePolicyConfig(_Strict):

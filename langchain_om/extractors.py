@@ -36,7 +36,10 @@ ExtractionContext = dict[str, Any]
 """What instruction/schema functions and ``on_extracted`` receive.
 
 Keys: ``source`` ("observation" | "reflection"), ``slug``, ``thread_id``, ``resource_id``,
-``memory`` (the ``MemoryHost``), ``record`` (the ``OMRecord`` before this cycle),
+``memory`` (the ``ObservationalMemory``), ``record`` (the ``OMRecord`` before this cycle),
+``request_context`` (the run config, ``RunnableConfig``, of the agent step that started the
+cycle, also for a background buffering cycle; None when the step had none), ``main_agent``
+(the id of the model the agent calls, e.g. ``"openai/gpt-5-mini"``, or None when unknown),
 ``previous_value`` (last persisted value or None) and, for ``on_extracted``, ``value``
 (the extracted value), ``input_text`` and ``observations`` (the cycle's new text).
 """
@@ -341,7 +344,8 @@ class ExtractionPipeline:
         return self._by_slug.get(slug)
 
     def _context(self, source: Source, extractor: Extractor, memory: Any, record: OMRecord,
-                 thread_id: str | None, resource_id: str | None) -> ExtractionContext:
+                 thread_id: str | None, resource_id: str | None, request_context: RunnableConfig | None = None,
+                 main_agent: str | None = None) -> ExtractionContext:
         return {
             "source": source,
             "slug": extractor.slug,
@@ -349,11 +353,15 @@ class ExtractionPipeline:
             "resource_id": resource_id if resource_id is not None else record.resource_id,
             "memory": memory,
             "record": record,
+            "request_context": request_context,
+            "main_agent": main_agent,
             "previous_value": None,
         }
 
     async def ainline_specs(self, source: Source, record: OMRecord, *, memory: Any = None,
-                            thread_id: str | None = None, resource_id: str | None = None) -> list[InlineSpec]:
+                            thread_id: str | None = None, resource_id: str | None = None,
+                            request_context: RunnableConfig | None = None,
+                            main_agent: str | None = None) -> list[InlineSpec]:
         """The custom inline extractors the Observer/Reflector prompt must request.
 
         An extractor whose instructions cannot be built is left out of the prompt (its failure
@@ -362,7 +370,8 @@ class ExtractionPipeline:
         for extractor in self.custom[source]:
             if not extractor.inline:
                 continue
-            ctx = self._context(source, extractor, memory, record, thread_id, resource_id)
+            ctx = self._context(source, extractor, memory, record, thread_id, resource_id, request_context,
+                                main_agent)
             try:
                 previous = await extractor.previous_value(ctx) if extractor.include_previous_extraction else None
                 ctx["previous_value"] = previous
@@ -402,6 +411,8 @@ class ExtractionPipeline:
         input_text: str,
         thread_id: str,
         resource_id: str,
+        request_context: RunnableConfig | None = None,
+        main_agent: str | None = None,
     ) -> tuple[dict[str, Any], list[ExtractionFailure]]:
         """Collect every value of this cycle. A failing extractor adds a failure and nothing else."""
         values: dict[str, Any] = {}
@@ -409,7 +420,8 @@ class ExtractionPipeline:
         observations = str(getattr(parsed, "observations", "") or "")
         inline_values = _inline_values(parsed)
         for extractor in self.extractors(source):
-            ctx = self._context(source, extractor, memory, record, thread_id, resource_id)
+            ctx = self._context(source, extractor, memory, record, thread_id, resource_id, request_context,
+                                main_agent)
             ctx["input_text"] = input_text
             ctx["observations"] = observations
             try:

@@ -121,7 +121,7 @@ async def aturn_end_at_checkpoint(
     """``aon_turn_end`` on the checkpoint's branch; returns the position to write into state."""
     thread_id, resource_id = ids_from_config(config)
     run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
-    await om.aon_turn_end(run.branch, messages, resource_id=run.resource_id)
+    await om.aon_turn_end(run.branch, messages, resource_id=run.resource_id, config=config)
     return await aposition(om, run)
 
 

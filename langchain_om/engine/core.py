@@ -36,6 +36,7 @@ from ..hooks import ObserveHooks
 from ..inputs import KnownMessage
 from ..messages import load_message
 from ..observer import thread_label
+from ..run_steps import RunSteps
 from ..store.base import (
     NewMessage,
     OMRecord,
@@ -138,7 +139,7 @@ class EngineCore:
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._recent_records: OrderedDict[str, None] = OrderedDict()
         self._pending_events: dict[str, list[OMEvent]] = {}
-        self._step_numbers: dict[str, int] = {}
+        self._step_numbers = RunSteps()  # record key -> the run of its last step, that step's number
         self.section_providers: list[SectionProvider] = []
         self.message_listeners: list[MessageListener] = []
         if self.config.retrieval is not None:
@@ -365,7 +366,8 @@ class EngineCore:
 
     def forget_record(self, key: str) -> None:
         """Drop one record's in-process state."""
-        for cache in (self._step_numbers, self._pending_events, self._records, self._rendered):
+        self._step_numbers.forget(key)
+        for cache in (self._pending_events, self._records, self._rendered):
             cache.pop(key, None)
 
     async def before_store(self, resource_id: str, thread_id: str, rows: list[NewMessage]) -> list[NewMessage]:

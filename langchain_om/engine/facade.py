@@ -51,10 +51,12 @@ class ObservationalMemory(EngineCore):
         return self.run_sync(self.aprocess(thread_id, messages, **kwargs), twin="om.aprocess(...)")
 
     async def aon_turn_end(
-        self, thread_id: str, messages: Sequence[BaseMessage] = (), *, resource_id: str | None = None
+        self, thread_id: str, messages: Sequence[BaseMessage] = (), *, resource_id: str | None = None,
+        config: RunnableConfig | None = None,
     ) -> None:
-        """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now."""
-        await aturn_end(self, thread_id, messages, resource_id=resource_id)
+        """Store the turn's final messages; with ``buffer_on_idle`` buffer whatever is pending now
+        (its extractors see ``config`` as their ``request_context``)."""
+        await aturn_end(self, thread_id, messages, resource_id=resource_id, config=config)
 
     def on_turn_end(self, thread_id: str, messages: Sequence[BaseMessage] = (), **kwargs: Any) -> None:
         """Sync twin of ``aon_turn_end``."""
@@ -108,7 +110,7 @@ class ObservationalMemory(EngineCore):
         record = await self.aload_record(resource, thread_id)
         window = await self.awindow(record, resource, thread_id)
         key = record_key(resource, self.record_thread(thread_id))
-        return status_of(self, record, window, thread_id, self._step_numbers.get(key, 0))
+        return status_of(self, record, window, thread_id, self._step_numbers.last(key))
 
     def status(self, thread_id: str, **kwargs: Any) -> StatusData:
         return self.run_sync(self.astatus(thread_id, **kwargs), twin="om.astatus(...)")

@@ -305,7 +305,8 @@ async def inline_extractors(core: EngineCore, source: Operation, step: StepState
     """Extractors whose values the model writes in the same reply (inline tags)."""
     if core.extraction_pipeline is not None:
         return list(await core.extraction_pipeline.ainline_specs(
-            source, record, memory=core, thread_id=step.thread_id, resource_id=step.resource_id))
+            source, record, memory=core, thread_id=step.thread_id, resource_id=step.resource_id,
+            request_context=step.config, main_agent=step.current_model))
     return []
 
 
@@ -317,6 +318,7 @@ async def extract(
         return await core.extraction_pipeline.run(
             source=source, memory=core, record=record, parsed=parsed, input_text=input_text,
             thread_id=step.thread_id, resource_id=step.resource_id,
+            request_context=step.config, main_agent=step.current_model,
         )
     values: dict[str, Any] = {}
     if getattr(parsed, "current_task", None):

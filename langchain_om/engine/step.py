@@ -19,6 +19,7 @@ from .. import failure_policy
 from ..events import StatusEvent
 from ..failures import turn_budget
 from ..oversize import warn_oversized
+from ..run_steps import run_mark
 from ..store.base import OMRecord, record_key
 from . import planner
 from .activation import aactivate_chunks, observation_signals
@@ -65,8 +66,8 @@ async def astep(
         # the reflect phase closes an agent step; so does an abort, after which no model runs
         closes_step = "reflect" in run or aborted is not None
         if closes_step:
-            core._step_numbers[key] = core._step_numbers.get(key, 0) + 1
-        status = status_of(core, record, window, thread_id, core._step_numbers.get(key, 0))
+            core._step_numbers.close_step(key, run_mark(config), core.cache_limit)
+        status = status_of(core, record, window, thread_id, core._step_numbers.last(key))
         if closes_step:
             step.events.insert(0, StatusEvent(data=status))
         context = await abuild_context(core, record, window, resource, thread_id, status)
@@ -104,7 +105,7 @@ async def arun_phases(core: EngineCore, step: StepState, record: OMRecord, phase
 
 
 async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMessage], *,
-                    resource_id: str | None) -> None:
+                    resource_id: str | None, config: RunnableConfig | None = None) -> None:
     """``ObservationalMemory.aon_turn_end`` (see there)."""
     resource = core.resolve_resource(thread_id, resource_id)
     await core.aensure_setup()
@@ -112,7 +113,7 @@ async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMes
     inputs = await apersist(core, resource, thread_id, messages, core._clock())
     key = record_key(resource, core.record_thread(thread_id))
     core.touch_record(key)
-    step = StepState(resource, thread_id, key, core._clock(), [], None, None)
+    step = StepState(resource, thread_id, key, core._clock(), [], None, config)
     idle_buffering = core.config.buffering_enabled and core.config.observation.buffer_on_idle
     if not (idle_buffering or inputs.instructions or inputs.edited):
         settled(core, resource, thread_id, inputs)
