@@ -32,7 +32,9 @@ __all__ = [
     "REFLECTOR_PROMPT_MARKER",
     "ScriptedAgentModel",
     "ScriptedChatModel",
+    "ScriptedLoopingModel",
     "ScriptedObserverModel",
+    "looping_reply",
 ]
 
 
@@ -325,6 +327,30 @@ class ScriptedObserverModel(_ScriptedBase):
         for slug in slugs:
             out.append(f"<{slug}>Consolidated at level {level}</{slug}>")
         return "\n".join(out)
+
+
+LOOPING_LINE = "* 🟡 (09:00) User asked again about the weather in Paris."
+
+
+def looping_reply(line: str = LOOPING_LINE, times: int = 300, *, closed: bool = False) -> str:
+    """The reply of a model stuck in a loop: ``line`` ``times`` times after one Date header, cut
+    by the output limit (no closing tag) unless ``closed``."""
+    body = "<observations>\nDate: 2026-11-30 (Monday)\n" + "\n".join([line] * times)
+    return body + "\n</observations>" if closed else body
+
+
+class ScriptedLoopingModel(ScriptedObserverModel):
+    """The scripted Observer/Reflector, stuck in a loop on the calls whose 0-based index (counting
+    every call to this model) is in ``loop_on``: those calls return ``loop_text``."""
+
+    model_name: str = "scripted-looping"
+    loop_on: list[int] = Field(default_factory=lambda: [0])
+    loop_text: str = Field(default_factory=looping_reply)
+
+    def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
+        if index in self.loop_on:
+            return AIMessage(content=self.loop_text)
+        return super()._reply(messages, index)
 
 
 def condense_log(log: str, level: int = 0) -> str:

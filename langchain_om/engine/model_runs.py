@@ -36,7 +36,8 @@ from ..events import (
     iso_now,
 )
 from ..hooks import HookContext, Trigger
-from ..models import ModelSelectionError, OMModelError, acall_om_model, model_supports_images
+from ..models import ModelSelectionError, OMModelError, model_supports_images
+from ..replies import acall_observer, acall_reflector
 from ..store.base import OMRecord, StoredMessage, new_id, total_tokens
 from .core import EngineCore
 from .state import CycleResult, OMAborted, StepState
@@ -194,13 +195,13 @@ async def _call_observer(
         inline_extractors=inline, current_title=current_title,
     )
     input_tokens = core.counter.count_messages(prompt)
-    call = await acall_om_model(
-        spec if spec is not None else "default", prompt, role="observer", input_tokens=input_tokens,
+    call, parsed = await acall_observer(  # a looping reply is refused and asked for once more (replies.py)
+        spec if spec is not None else "default", prompt, inline_slugs=[spec_.slug for spec_ in inline],
+        input_tokens=input_tokens,
         context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                  "input_tokens": input_tokens, "memory": core, "role": "observer"},
         **_call_settings(core, "observation"),
     )
-    parsed = observer_mod.parse_observer_output(call.text, inline_slugs=[spec_.slug for spec_ in inline])
     extracted, failures = await extract(core, "observation", step, record, parsed, transcript_all.text)
     return CycleResult(
         text=parsed.observations, tokens=core.counter.count_text(parsed.observations),
@@ -257,13 +258,13 @@ async def arun_reflector(
         )
         input_tokens = core.counter.count_messages(prompt)
         try:
-            call = await acall_om_model(
-                spec if spec is not None else "default", prompt, role="reflector", input_tokens=input_tokens,
+            call, parsed = await acall_reflector(  # a looping reply: asked once more, then OMModelError
+                spec if spec is not None else "default", prompt, inline_slugs=[s.slug for s in inline],
+                input_tokens=input_tokens,
                 context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                          "input_tokens": input_tokens, "memory": core, "role": "reflector"},
                 **_call_settings(core, "reflection"),
             )
-            parsed = reflector_mod.parse_reflector_output(call.text, inline_slugs=[s.slug for s in inline])
         except ModelSelectionError as exc:
             await cycle_failed(core, push, hook_ctx, record, step, cycle_id, started, in_tokens, str(exc),
                                buffering, "reflection")
