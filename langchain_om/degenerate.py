@@ -43,11 +43,12 @@ line looped until the output limit is caught by the tail check.
   of at most ``MAX_PERIOD`` (2,000) characters, at least ``MIN_REPEATS`` (3) times. This is the
   loop cut by the output limit (it never reaches its closing tag); a real reply ends with its
   closing tags and never repeats 2,000 characters, numbers aside.
-* **a periodic long line** — the same test (numbers included: a long line may list weeks or
-  items by number) inside every line of ``LONG_LINE_CHARS`` (1,500) characters or more, at its end (trailing punctuation and a closing tag ignored), its middle
-  and its third quarter, over 1,000 characters or a quarter of the line: the loop inside one
-  endless sentence that the model eventually stopped. Real bullets are one sentence or two, far
-  below 1,500 characters, and do not repeat a block over a thousand characters.
+* **a periodic long line** — the same test inside every line of ``LONG_LINE_CHARS`` (1,500)
+  characters or more, numbers included (a long line may list weeks or items by number): at its
+  end (trailing punctuation and a closing tag ignored), its middle and its third quarter, over
+  1,000 characters or a quarter of the line. This is the loop inside one endless sentence that
+  the model eventually stopped. Real bullets are one sentence or two, far below 1,500
+  characters, and do not repeat a block over a thousand characters.
 """
 
 from __future__ import annotations
@@ -85,10 +86,11 @@ MIN_REPEATS = 3
 LONG_LINE_CHARS = 1_500
 
 _DIGITS = re.compile(r"\d+")
-_SPACES = re.compile(r"\s+")
 _LINE_END = re.compile(r"(?:\s|[.,;:!?)\]}\"'*…])*(?:</[A-Za-z][\w-]*>)?(?:\s|[.,;:!?)\]}\"'*…])*$")
 _PROBE = 8
 """Characters compared first for a candidate period (most periods fail here, cheaply)."""
+_TAIL_WINDOW = 4 * max(TAIL_MIN_CHARS, MIN_REPEATS * MAX_PERIOD)
+"""Raw characters normalised for the tail check (whitespace and digits shrink when normalised)."""
 _QUOTE = 60
 """How much of a repeated line or block a reason quotes."""
 
@@ -136,7 +138,7 @@ class _Baseline:
 
 def _plain(text: str) -> str:
     """A line for exact comparison: case and runs of whitespace do not count."""
-    return _SPACES.sub(" ", text.casefold()).strip()
+    return " ".join(text.casefold().split())
 
 
 def _normal(text: str) -> str:
@@ -167,10 +169,16 @@ def _repeated_lines(text: str, given: _Baseline) -> str | None:
     if len(raws) < LINE_REPEAT_MIN:
         return None
     exact = [_plain(raw) for raw in raws]
+    # a baseline only lowers the counts: look at it only when the reply alone breaks a rule
+    reason = _line_rules(raws, exact, _Baseline(""))
+    return reason if reason is None or not given.text else _line_rules(raws, exact, given)
+
+
+def _line_rules(raws: list[str], exact: list[str], given: _Baseline) -> str | None:
     found = _most_repeated(raws, exact, given.count_exact)
     if _enough(found.occurrences, found.line_chars, LINE_REPEAT_MIN, LINE_REPEAT_SHARE, len(raws)):
         return f"line {_quote(found.line)!r} repeated {found.occurrences:,} times (of {len(raws):,} lines)"
-    near = _most_repeated(raws, [_DIGITS.sub("#", key) for key in exact], given.count_near)
+    near = _most_repeated(raws, _DIGITS.sub("#", "\n".join(exact)).split("\n"), given.count_near)
     if _enough(near.occurrences, near.line_chars, NEAR_REPEAT_MIN, NEAR_REPEAT_SHARE, len(raws)):
         return (f"line {_quote(near.line)!r} repeated {near.occurrences:,} times with only its numbers "
                 f"changing (of {len(raws):,} lines)")
@@ -253,8 +261,13 @@ def _copied(text: str, found: tuple[int, int], given: _Baseline) -> bool:
 
 
 def _periodic_tail(text: str, given: _Baseline) -> str | None:
-    tail = _normal(text)
+    # the check needs at most MIN_REPEATS x MAX_PERIOD normalised characters: normalise only a
+    # window that surely holds them, and the whole text only to measure a run found in it
+    tail = _normal(text[-_TAIL_WINDOW:])
     found = _period(tail, min_chars=TAIL_MIN_CHARS)
+    if found is not None and found[1] == len(tail) and len(text) > _TAIL_WINDOW:
+        tail = _normal(text)
+        found = (found[0], _run_length(tail, found[0], max(TAIL_MIN_CHARS, MIN_REPEATS * found[0])))
     if found is None or _copied(tail, found, given):
         return None
     return _describe_period(tail, found, "the last")

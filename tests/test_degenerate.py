@@ -176,3 +176,9 @@ def test_a_loop_beyond_what_the_baseline_holds_is_still_flagged() -> None:
 def test_thresholds_are_where_the_module_says(rule: str, below: str, at: str) -> None:
     assert degeneracy(below) is None, rule
     assert degeneracy(at) is not None, rule
+
+
+def test_a_loop_to_the_output_limit_is_measured_whole() -> None:
+    # 100k tokens of one loop: the tail check looks at a window, then measures the whole run
+    reason = degeneracy("<observations>\n* 🔴 (10:00) User said " + "and then again " * 27_000)
+    assert reason is not None and "15-character block" in reason and "27,000 times" in reason
