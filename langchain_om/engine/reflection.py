@@ -28,7 +28,7 @@ logger = logging.getLogger("langchain_om")
 async def areflect_step(core: EngineCore, step: StepState, record: OMRecord, window_tokens: int) -> OMRecord:
     """Plan and carry out the step's reflection; a buffered reflection that was activated is
     followed by a second plan, so ``reflection.block_after`` holds on the log it leaves."""
-    signals = reflection_signals(core, step)
+    signals = reflection_signals(core, step) if record.buffered_reflection is not None else planner.NO_SIGNALS
     plan = planner.plan_reflection(core.config, record, window_tokens, signals)
     if plan is not None and plan.action == "activate":
         staged = record.buffered_reflection

@@ -90,7 +90,9 @@ async def arun_phases(core: EngineCore, step: StepState, record: OMRecord, phase
     if step.arrival_window is None:
         step.arrival_window = window
     if "activate" in phases:
-        activation = planner.plan_activation(cfg, record, step.thread_id, window, observation_signals(core, step))
+        # the idle and model-change signals matter only when chunks are staged: read them only then
+        signals = observation_signals(core, step) if record.buffered_chunks else planner.NO_SIGNALS
+        activation = planner.plan_activation(cfg, record, step.thread_id, window, signals)
         if activation is not None:
             record = await aactivate_chunks(core, step, record, window, activation)
             window = await core.awindow(record, step.resource_id, step.thread_id, refresh=False)
