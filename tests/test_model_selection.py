@@ -198,9 +198,9 @@ def created_models(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str,
     monkeypatch.setattr(models, "_model_cache", {})
     # the strings resolve to fakes here: no provider package or API key is needed, so skip the
     # construction-time check of them (tests/test_failure_policy.py covers it)
-    import langchain_om.engine as engine
+    import langchain_om.engine.core as engine_core
 
-    monkeypatch.setattr(engine, "check_model_strings", lambda _config: None)
+    monkeypatch.setattr(engine_core, "check_model_strings", lambda _config: None)
     return created
 
 
