@@ -14,7 +14,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from .fence import neutralise
-from .observer import _clean_value, _extractor_previous, _extractor_prompt, _extractor_triplet, parse_tagged_output
+from .observer import _extractor_previous, _extractor_prompt, _extractor_triplet
+from .reply_parsing import _clean_value, parse_tagged_output
 
 REFLECTOR_PROMPT_MARKER = "You are the Reflector of langchain-om, the memory consolidator of an AI assistant."
 """First line of every Reflector system prompt; scripted models and tests recognise prompts by it."""

@@ -18,9 +18,10 @@ from langchain_core.messages import BaseMessage
 
 from .degenerate import degeneracy
 from .failures import FAILURE_LOG, ErrorKind
-from .models import ModelCallResult, OMModelError, acall_om_model, message_text
-from .observer import ObserverResult, parse_observer_output
+from .models import OMModelError
+from .om_calls import ModelCallResult, acall_om_model, message_text
 from .reflector import ReflectorResult, parse_reflector_output
+from .reply_parsing import ObserverResult, parse_observer_output
 
 __all__ = ["DEGENERATE_RETRIES", "DegenerateReply", "DegenerateReplyError", "acall_observer", "acall_reflector"]
 

@@ -20,13 +20,13 @@ from langchain_om.models import (
     ModelSelectionError,
     ModelWithRetries,
     OMModelError,
-    acall_om_model,
     aresolve_chat_model,
     describe_model,
     model_supports_images,
     normalize_model_string,
     resolve_chat_model,
 )
+from langchain_om.om_calls import acall_om_model
 from langchain_om.testing import ScriptedAgentModel, ScriptedChatModel
 
 PROMPT: list[BaseMessage] = [SystemMessage("be brief"), HumanMessage("hello")]

@@ -35,7 +35,6 @@ from ..events import OMEvent
 from ..hooks import ObserveHooks
 from ..inputs import KnownMessage
 from ..messages import load_message
-from ..observer import thread_label
 from ..run_steps import RunSteps
 from ..store.base import (
     NewMessage,
@@ -52,6 +51,7 @@ from ..store.base import (
     utcnow,
 )
 from ..tokens import TokenCounter, get_token_counter
+from ..transcript import thread_label
 from ..window import Window
 from .state import lru_put
 
