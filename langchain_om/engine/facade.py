@@ -7,21 +7,21 @@ is ``planner``'s. See docs/architecture.md for the layers and a step's data flow
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..branches import adelete_branches
 from ..events import StatusData
-from ..inputs import KnownMessage
 from ..store.base import OMRecord, record_key
 from .core import EngineCore
 from .observation import aobserve_manual
 from .reflection import areflect_now
 from .state import OMContext, Phase, StepState
+from .state_trim import leaving_ids
 from .status import status_of
 from .step import astep, aturn_end
 
@@ -145,22 +145,9 @@ class ObservationalMemory(EngineCore):
         (that message and everything after it), and a tool call and its results, which
         leave together or stay together.
         """
-        if context.aborted is not None:
-            return []
         resource = self.resolve_resource(thread_id, resource_id)
-        known: Mapping[str, KnownMessage] = self._known_ids.get(record_key(resource, thread_id), {})
-        in_window = {m.id for m in context.messages} if keep_unobserved else set()
-        newest_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=-1)
-        if newest_human <= 0:
-            return []
-        eligible = {m.id for m in messages[:newest_human] if m.id and m.id in known and m.id not in in_window}
-        caller = {call["id"]: m.id for m in messages if isinstance(m, AIMessage) for call in m.tool_calls}
-        units: dict[str | None, list[str | None]] = {}  # a tool call and its results form one unit
-        for message in messages:
-            unit = caller.get(message.tool_call_id, message.id) if isinstance(message, ToolMessage) else message.id
-            units.setdefault(unit, []).append(message.id)
-        leaving = {mid for members in units.values() if all(m in eligible for m in members) for mid in members}
-        return [m.id for m in messages if m.id is not None and m.id in leaving]
+        return leaving_ids(self._known_ids.get(record_key(resource, thread_id), {}), messages, context,
+                           keep_unobserved=keep_unobserved)
 
     async def adelete_thread(self, thread_id: str, *, resource_id: str | None = None) -> None:
         """Forget a thread: wait for its background work, delete its messages and thread-scope

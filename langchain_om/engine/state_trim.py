@@ -1,0 +1,32 @@
+"""Which messages a caller's own checkpointed state may drop after a step (the middleware's and
+the graph nodes' state trimming): what OM stored and no longer shows, never the current turn,
+and a tool call with its results together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from ..inputs import KnownMessage
+from .state import OMContext
+
+
+def leaving_ids(known: Mapping[str, KnownMessage], messages: Sequence[BaseMessage], context: OMContext, *,
+                keep_unobserved: bool = True) -> list[str]:
+    """``ObservationalMemory.observed_state_ids`` (see there); ``known``: the ids OM stored."""
+    if context.aborted is not None:
+        return []
+    in_window = {m.id for m in context.messages} if keep_unobserved else set()
+    newest_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=-1)
+    if newest_human <= 0:
+        return []
+    eligible = {m.id for m in messages[:newest_human] if m.id and m.id in known and m.id not in in_window}
+    caller = {call["id"]: m.id for m in messages if isinstance(m, AIMessage) for call in m.tool_calls}
+    units: dict[str | None, list[str | None]] = {}  # a tool call and its results form one unit
+    for message in messages:
+        unit = caller.get(message.tool_call_id, message.id) if isinstance(message, ToolMessage) else message.id
+        units.setdefault(unit, []).append(message.id)
+    leaving = {mid for members in units.values() if all(m in eligible for m in members) for mid in members}
+    return [m.id for m in messages if m.id is not None and m.id in leaving]
+
