@@ -40,6 +40,7 @@ from typing_extensions import NotRequired, TypedDict
 from .branches import POSITION_KEY, aposition, aresolve
 from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext, Phase
+from .live_runs import closed_at_turn_end
 from .run_ids import user_id_alias
 
 logger = logging.getLogger("langchain_om.graph")
@@ -102,16 +103,20 @@ def state_value(state: Any, key: str) -> Any:
 
 
 async def aprocess_at_checkpoint(
-    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig, **kwargs: Any,
+    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig, *,
+    live: bool = False, **kwargs: Any,
 ) -> tuple[OMContext, dict[str, Any], str, str | None]:
     """One OM step that follows the checkpoint the run started from (see ``branches.py``).
 
     Returns the context, the position to write into state under ``om_position``, and the
     ``(branch, resource_id)`` the step ran on (OM's thread for this checkpoint and resource).
+    ``live``: the run's end of turn closes it (``aturn_end_at_checkpoint`` or ``_close_at_exits``),
+    so background cycles that end before that stream their events into it (``live_runs.py``).
     """
     thread_id, resource_id = ids_from_config(config)
     run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
-    context = await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config, **kwargs)
+    with closed_at_turn_end(live):
+        context = await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config, **kwargs)
     return context, await aposition(om, run), run.branch, run.resource_id
 
 
@@ -122,6 +127,7 @@ async def aturn_end_at_checkpoint(
     thread_id, resource_id = ids_from_config(config)
     run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
     await om.aon_turn_end(run.branch, messages, resource_id=run.resource_id, config=config)
+    await om._live_runs.aclose(config)  # the run ends here: later background events wait for the next step
     return await aposition(om, run)
 
 
@@ -193,7 +199,7 @@ def current_model_from(config: RunnableConfig, current_model: CurrentModel) -> s
 
 def _phase_node(
     om: ObservationalMemory, name: str, messages_key: str, goto: str, on_abort: OnAbort,
-    current_model: CurrentModel = None,
+    current_model: CurrentModel = None, live: bool = False,
 ) -> Runnable[Any, Command[str]]:
     """One OM phase as a node that routes with ``Command``: on to ``goto``, or to ``END`` when aborted."""
     phase = _NODE_PHASE[name]
@@ -214,14 +220,16 @@ def _phase_node(
     async def arun(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
         context, position, _, _ = await aprocess_at_checkpoint(
-            om, state, messages, config, phases=(phase,), current_model=current_model_from(config, current_model))
+            om, state, messages, config, live=live, phases=(phase,),
+            current_model=current_model_from(config, current_model))
         return finish(messages, context, position)
 
     def run(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
         # OM's sync twin runs on its private loop and dispatches the events with this run's config
         context, position, _, _ = om._loop.run(aprocess_at_checkpoint(
-            om, state, messages, config, phases=(phase,), current_model=current_model_from(config, current_model)))
+            om, state, messages, config, live=live, phases=(phase,),
+            current_model=current_model_from(config, current_model)))
         return finish(messages, context, position)
 
     return RunnableLambda(run, afunc=arun, name=name)
@@ -271,6 +279,58 @@ def _route_ends_through_turn_end(builder: StateGraph[Any, Any, Any, Any], source
             builder.branches[source][branch_name] = spec._replace(path=wrapped)
             rewired = True
     return rewired
+
+
+def _reaches_end(result: Any, ends: Mapping[Hashable, str] | None) -> bool:
+    """Whether a route's result (a key, a node name, or a list of them and ``Send``s) goes to END."""
+    for item in result if isinstance(result, (list, tuple)) else [result]:
+        try:
+            target = ends.get(item, item) if ends is not None else item
+        except TypeError:  # an unhashable Send
+            continue
+        if target == END:
+            return True
+    return False
+
+
+def _run_closer(om: ObservationalMemory, goes_to_end: Callable[[Any], bool], result: Callable[[Any], Any],
+                ) -> Runnable[Any, Any]:
+    """A route step that closes the run (``LiveRuns.aclose``) when the turn leaves for END."""
+
+    async def aclose(value: Any, config: RunnableConfig) -> Any:
+        if goes_to_end(value):
+            await om._live_runs.aclose(config)
+        return result(value)
+
+    def close(value: Any, config: RunnableConfig) -> Any:
+        if goes_to_end(value):
+            om.run_sync(om._live_runs.aclose(config), twin="graph.ainvoke(...)")
+        return result(value)
+
+    return RunnableLambda(close, afunc=aclose, name="om_run_end")
+
+
+def _close_at_exits(builder: StateGraph[Any, Any, Any, Any], source: str, om: ObservationalMemory) -> bool:
+    """Without an ``om_turn_end`` node, close the run where ``source`` exits to END (plain or
+    conditional edges), so events of background cycles ending later wait for the next step.
+    False when ``source`` never exits to END (then no run is treated as open)."""
+    closes = False
+    for branch_name, spec in list(builder.branches.get(source, {}).items()):
+        if spec.ends is not None and END not in spec.ends.values():
+            continue
+        ends = spec.ends
+
+        def goes_to_end(value: Any, ends: Mapping[Hashable, str] | None = ends) -> bool:
+            return _reaches_end(value, ends)
+
+        builder.branches[source][branch_name] = spec._replace(
+            path=spec.path | _run_closer(om, goes_to_end, lambda value: value))
+        closes = True
+    if (source, END) in builder.edges:
+        builder.edges.discard((source, END))
+        builder.add_conditional_edges(source, _run_closer(om, lambda _state: True, lambda _state: END), [END])
+        closes = True
+    return closes
 
 
 def add_observational_memory(
@@ -355,13 +415,17 @@ def add_observational_memory(
                 branches[branch_name] = spec._replace(path=wrapped)
 
     schema = node_input_schema(builder)
-    for name, goto in ((ACTIVATOR, OBSERVER), (OBSERVER, REFLECTOR), (REFLECTOR, before)):
-        builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort, current_model),
-                         destinations=(goto, END), input_schema=schema)
+    live = False  # whether the turn's end closes the run (live background events, live_runs.py)
     if om.config.buffering_enabled and om.config.observation.buffer_on_idle and TURN_END not in builder.nodes:
         if _route_ends_through_turn_end(builder, before):
             builder.add_node(TURN_END, om_turn_end_node(om, messages_key=messages_key), input_schema=schema)
             builder.add_edge(TURN_END, END)
+            live = True
+    if not live:
+        live = _close_at_exits(builder, before, om)
+    for name, goto in ((ACTIVATOR, OBSERVER), (OBSERVER, REFLECTOR), (REFLECTOR, before)):
+        builder.add_node(name, _phase_node(om, name, messages_key, goto, on_abort, current_model, live),
+                         destinations=(goto, END), input_schema=schema)
     return builder
 
 

@@ -47,11 +47,8 @@ from langchain_core.runnables.config import var_child_runnable_config
 
 from .callbacks import dispatch_events
 from .events import OMEvent
+from .run_steps import run_mark
 
-try:
-    from langgraph._internal._constants import CONFIG_KEY_RUNTIME
-except ImportError:  # pragma: no cover - a LangGraph without this layout: no run is ever live
-    CONFIG_KEY_RUNTIME = "__pregel_runtime"
 logger = logging.getLogger("langchain_om.live_runs")
 
 UNCONFIRMED_LIMIT = 200
@@ -71,17 +68,11 @@ def closed_at_turn_end(closes: bool = True) -> Iterator[None]:
 
 
 def run_token(config: RunnableConfig | None) -> object | None:
-    """An object that is the same for every node of one LangGraph run and differs between runs.
-
-    LangGraph gives each run one ``RunControl`` (subgraphs share their parent's) and one
-    custom-stream writer; the runtime object itself is copied per task, so it cannot serve.
-    None outside a LangGraph run.
-    """
-    runtime = ((config or {}).get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
-    if runtime is None:
-        return None
-    token = getattr(runtime, "control", None)
-    return token if token is not None else getattr(runtime, "stream_writer", None)
+    """The LangGraph run of ``config``: its ``RunControl``, one object shared by every task of the
+    run and by subgraphs called inside it (``run_steps.run_mark``); None outside a LangGraph run,
+    which no integration closes."""
+    mark = run_mark(config)
+    return mark.token if mark is not None and mark.kind == "graph" else None
 
 
 @dataclass(eq=False)
@@ -222,6 +213,13 @@ class LiveRuns:
         run.unconfirmed.clear()
         run.queue.clear()
         return resend
+
+    def forget(self, key: str) -> None:
+        """The record left OM's in-process caches: drop its run (its events start afresh too)."""
+        with self._lock:
+            run = self._by_key.get(key)
+            if run is not None:
+                self._drop(key, run)
 
     def is_open(self, key: str) -> bool:
         """Whether ``key`` has an open run (for tests and diagnostics)."""

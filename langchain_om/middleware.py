@@ -169,7 +169,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, dict[str, Any], str, str | None]:
         config = _run_config()
         return await aprocess_at_checkpoint(self.om, request.state or {}, _plain(request.messages), config,
-                                            current_model=model_id(request.model))
+                                            live=True, current_model=model_id(request.model))
 
     async def awrap_model_call(
         self,

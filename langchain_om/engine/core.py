@@ -34,6 +34,7 @@ from ..credentials import check_model_strings
 from ..events import OMEvent
 from ..hooks import ObserveHooks
 from ..inputs import KnownMessage
+from ..live_runs import LiveRuns
 from ..messages import load_message
 from ..run_steps import RunSteps
 from ..store.base import (
@@ -139,6 +140,7 @@ class EngineCore:
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._recent_records: OrderedDict[str, None] = OrderedDict()
         self._pending_events: dict[str, list[OMEvent]] = {}
+        self._live_runs = LiveRuns()  # the run each record streams into, for background events (live_runs.py)
         self._step_numbers = RunSteps()  # record key -> the run of its last step, that step's number
         self.section_providers: list[SectionProvider] = []
         self.message_listeners: list[MessageListener] = []
@@ -367,6 +369,7 @@ class EngineCore:
     def forget_record(self, key: str) -> None:
         """Drop one record's in-process state."""
         self._step_numbers.forget(key)
+        self._live_runs.forget(key)
         for cache in (self._pending_events, self._records, self._rendered):
             cache.pop(key, None)
 
@@ -384,6 +387,8 @@ class EngineCore:
         """Where a background cycle's events go: held for the record's next step."""
         def push(event: OMEvent) -> None:
             self.debug(event)
+            if self._live_runs.deliver(key, event):
+                return  # dispatched into the run that is streaming now (live_runs.py)
             if key in self._recent_records:  # else a record this process no longer keeps: it starts afresh
                 self.queue_events(key, [event])
 
@@ -402,12 +407,10 @@ class EngineCore:
 
     async def dispatch(self, events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
         """Send events as LangChain custom events and to LangGraph's custom stream, when in a run."""
-        from ..callbacks import dispatch_events
-
         for event in events:
             if not event.type.startswith("data-om-buffering-"):  # background events were debugged already
                 self.debug(event)
-        await dispatch_events(events, config)
+        await self._live_runs.dispatch(events, config)  # in order with live background events (live_runs.py)
 
     # ---------------------------------------------------------------- loops
 

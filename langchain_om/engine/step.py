@@ -51,6 +51,7 @@ async def astep(
     step = StepState(resource, thread_id, key, moment, [], current_model, config)
     aborted: str | None = None
     async with core._lock(key):
+        step.events.extend(core._live_runs.refresh(key, config))  # live_runs.py: a run left without a close
         step.events.extend(core._pending_events.pop(key, []))
         record = await core.aload_record(resource, thread_id)
         record = await asettle(core, step, record, inputs)
