@@ -12,6 +12,7 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableConfig
@@ -20,6 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, interrupt
 
 from langchain_om import ObservationalMemory
 from langchain_om.callbacks import OMEventHandler, SyncOMEventHandler
@@ -269,3 +271,60 @@ def test_sync_graph_with_a_plain_exit_closes_the_run_there() -> None:
     finally:
         om.close()
 
+
+
+# --------------------------------------------------------------------------- the end of the run
+
+
+class ReleaseAfterModel(AgentMiddleware):  # type: ignore[type-arg]
+    """Opens the Observer's gate after the model answered and waits for the cycle's end: the cycle
+    ends after the run's last OM step, before its end of turn."""
+
+    def __init__(self, gates: Gates) -> None:
+        self.gates = gates
+
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        await asyncio.to_thread(self.gates.release_and_wait)
+        return None
+
+
+async def test_a_cycle_ending_after_the_last_step_but_before_the_end_of_turn_is_sent_once() -> None:
+    gates = Gates()
+    om = make_om(gates)
+    agent = create_agent(ScriptedAgentModel(), [], checkpointer=InMemorySaver(),
+                         middleware=[ObservationalMemoryMiddleware(om), ReleaseAfterModel(gates)])
+    config: RunnableConfig = {"configurable": {"thread_id": "live-tail"}}
+    first = [c async for c in agent.astream({"messages": [long_turn()]}, config, stream_mode="custom")]
+    second = [c async for c in agent.astream({"messages": [HumanMessage("thanks")]}, config, stream_mode="custom")]
+    ended = ids_of(first, END_TYPE)
+    assert len(ended) == 1, "the run was still open: the end went into it"
+    assert ids_of(second, END_TYPE) == [], "its end of turn closed it, so nothing comes back"
+    await om.aclose()
+
+
+async def test_a_run_stopped_by_an_interrupt_gets_its_events_again_in_the_resumed_run() -> None:
+    """An interrupt ends the run without its end of turn; a cycle ending while the run waits for
+    the human is written into a stream nobody reads, so it comes again with the resumed run."""
+    gates = Gates()
+    om = make_om(gates)
+
+    @tool
+    def ask_human() -> str:
+        """Ask the user to confirm."""
+        return str(interrupt("confirm?"))
+
+    model = ScriptedAgentModel(tool_calls_on={0: ("ask_human", {})})
+    agent = create_agent(model, [ask_human], middleware=[ObservationalMemoryMiddleware(om)],
+                         checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": "live-interrupt"}}
+    first = [c async for c in agent.astream({"messages": [long_turn()]}, config, stream_mode="custom")]
+    assert (await agent.aget_state(config)).interrupts, "the run stopped at the interrupt"
+    await asyncio.to_thread(gates.release_and_wait)
+    second = [c async for c in agent.astream(Command(resume="yes"), config, stream_mode="custom")]
+    cycles = set(ids_of(first, START_TYPE) + ids_of(second, START_TYPE))
+    assert len(cycles) == 1 and ids_of(first, END_TYPE) == []
+    assert ids_of(second, END_TYPE) == list(cycles), "the resumed run carries the end, once"
+    # the start went into the first run while it was alive, but nothing confirmed it (no later
+    # step, no end of turn): it may come again, as the same part (same id)
+    assert len(ids_of(second, START_TYPE)) <= 1
+    await om.aclose()
