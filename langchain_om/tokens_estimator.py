@@ -1,0 +1,71 @@
+"""A vocabulary-free estimate of o200k_base token counts (``EstimatorCounter`` counts with it).
+
+Its own module because it is a self-contained model: a regex that mirrors o200k's
+pre-tokenizer and a handful of fitted costs, with nothing to load. ``tokens.py`` builds the
+counter on it and re-exports ``estimate_tokens``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_ASCII_PUNCT = r"!-/:-@\[-`{-~"
+# Mirrors o200k's pre-tokenizer closely enough that each piece has a predictable cost:
+# words split at case changes, digits in groups of three, punctuation runs, newlines.
+_PIECE_RE = re.compile(
+    rf"(?P<cjk>[{_CJK}])"
+    rf"|(?P<uni>[A-Za-z]*[^\x00-\x7f\W\d_{_CJK}][^\W\d_{_CJK}]*)"
+    r"|(?P<low>[A-Z]?[a-z]+)"
+    r"|(?P<up>[A-Z]+(?![a-z]))"
+    r"|(?P<num>\d+)"
+    r"|(?P<nl>[ \t]*(?:\r?\n)+)"
+    rf"|(?P<pa>[{_ASCII_PUNCT}]+(?=[^\W\d_]))"
+    rf"|(?P<punct>[{_ASCII_PUNCT}]+)"
+    r"|(?P<sym>[^\w\s])"
+    r"|(?P<sp>\s+)"
+)
+
+# Fitted against o200k_base on prose, Python and JSON (see tests/test_tokens.py).
+_WORD_SINGLE_MAX = 10  # lower-case words up to this length are almost always one token
+_WORD_EXTRA_CHARS = 4.0  # each further 4 letters cost about one more token
+_UPPER_CHARS = 4.0  # ALLCAPS runs: about 4 letters per token
+_UNICODE_CHARS = 2.5  # non-ASCII alphabetic words (accents, Cyrillic, ...)
+_CJK_COST = 0.85  # o200k merges some common CJK pairs
+_PUNCT_EXTRA_CHARS = 5.0  # punctuation runs: one token, plus one per 5 more chars
+_PUNCT_ATTACHED = 0.7  # a punctuation run glued to the next word often merges into it
+_NEWLINE_AFTER_PUNCT = 0.5  # "]:\n", "},\n" usually merge the newline into the punctuation
+_SPACE_RUN = 0.5  # indentation runs are one token, single spaces merge into the next word
+
+
+def estimate_tokens(text: str) -> int:
+    """Estimate the o200k_base token count of ``text`` without any vocabulary."""
+    if not text:
+        return 0
+    total = 0.0
+    previous = ""
+    for match in _PIECE_RE.finditer(text):
+        kind = match.lastgroup or ""
+        size = match.end() - match.start()
+        if kind == "low":
+            total += 1.0 if size <= _WORD_SINGLE_MAX else 1.0 + (size - _WORD_SINGLE_MAX) / _WORD_EXTRA_CHARS
+        elif kind == "sp":
+            total += _SPACE_RUN if size > 1 else 0.0
+        elif kind == "punct":
+            total += 1.0 + (size - 1) / _PUNCT_EXTRA_CHARS
+        elif kind == "pa":
+            total += _PUNCT_ATTACHED + (size - 1) / _PUNCT_EXTRA_CHARS
+        elif kind == "nl":
+            total += _NEWLINE_AFTER_PUNCT if previous == "punct" else 1.0
+        elif kind == "num":
+            total += (size + 2) // 3
+        elif kind == "up":
+            total += max(1.0, size / _UPPER_CHARS)
+        elif kind == "uni":
+            total += max(1.0, size / _UNICODE_CHARS)
+        elif kind == "cjk":
+            total += _CJK_COST
+        else:  # sym: emoji, non-ASCII punctuation, control characters
+            total += 1.0
+        previous = kind
+    return max(1, int(total + 0.5))
