@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 FENCE_TAGS = frozenset({
-    # the agent's context (context.py, working_memory.py, recall.py); temporal.py's <time-gap>
+    # the agent's context (context.py, working_memory.py, recall/); temporal.py's <time-gap>
     # markers are left alone: OM writes them into the transcript itself, and they fence nothing
     "observations", "observation", "observation-group", "current-task", "suggested-response",
     "working-memory", "recall-instructions",

@@ -51,6 +51,14 @@ def _validation_error(error: Any) -> str:
     return "recall error: invalid arguments — " + ("; ".join(problems) or "could not read the arguments")
 
 
+def _parse_arguments(kwargs: dict[str, Any]) -> RecallInput:
+    """The model's arguments as a ``RecallInput``; invalid ones become a ``ToolException`` saying which."""
+    try:
+        return RecallInput(**kwargs)
+    except ValidationError as exc:
+        raise ToolException(_validation_error(exc).removeprefix("recall error: ")) from None
+
+
 class RecallTool(BaseTool):
     """The ``recall`` tool bound to one ``ObservationalMemory`` (and optionally one conversation)."""
 
@@ -125,11 +133,7 @@ class RecallTool(BaseTool):
         run_manager: AsyncCallbackManagerForToolRun | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        try:
-            args = RecallInput(**kwargs)
-        except ValidationError as exc:
-            raise ToolException(_validation_error(exc).removeprefix("recall error: ")) from None
-        return await self.arecall(args, config)
+        return await self.arecall(_parse_arguments(kwargs), config)
 
     def _run(
         self,
@@ -137,10 +141,7 @@ class RecallTool(BaseTool):
         run_manager: CallbackManagerForToolRun | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        try:
-            args = RecallInput(**kwargs)
-        except ValidationError as exc:
-            raise ToolException(_validation_error(exc).removeprefix("recall error: ")) from None
+        args = _parse_arguments(kwargs)
         result: dict[str, Any] = self.memory.run_sync(self.arecall(args, config), twin="recall_tool.ainvoke(...)")
         return result
 
