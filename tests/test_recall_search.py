@@ -16,8 +16,7 @@ from recall_helpers import T0, make_om, result_dict, seed, stamped
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.recall import fuse_rankings, retrieval_instructions
-from langchain_om.store import OMStore, PostgresStore, SQLiteStore
-from langchain_om.store import sqlite as sqlite_module
+from langchain_om.store import OMStore, PostgresStore, SQLiteStore, sqlite_schema
 
 
 class CountingEmbedding(DeterministicFakeEmbedding):
@@ -166,7 +165,7 @@ async def test_deleted_thread_disappears_from_semantic_results(store: OMStore) -
 
 
 async def test_sqlite_without_fts5_offers_no_keyword_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_module, "fts5_available", lambda: False)
+    monkeypatch.setattr(sqlite_schema, "fts5_available", lambda: False)
     store = SQLiteStore(tmp_path / "om.db")
     try:
         om = await _seeded(store)

@@ -21,6 +21,7 @@ from langchain_om.store import (
     VectorItem,
     decode_vector,
     encode_vector,
+    sqlite_schema,
 )
 from langchain_om.store import sqlite as sqlite_module
 from langchain_om.store.search import MAX_QUERY_CHARS
@@ -200,7 +201,7 @@ async def test_sqlite_without_fts5_reports_it_and_indexes_once_it_has_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "om.db"
-    monkeypatch.setattr(sqlite_module, "fts5_available", lambda: False)
+    monkeypatch.setattr(sqlite_schema, "fts5_available", lambda: False)
     plain = SQLiteStore(path)
     await seed(plain)  # appends work without the index
     assert not plain.keyword_search_available

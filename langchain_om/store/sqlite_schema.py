@@ -1,0 +1,233 @@
+"""The SQLite store's schema: its tables, the migrations from every earlier version, and the
+FTS5 keyword index of recall search.
+
+Its own module because the schema's history (what each version added and how a file is
+brought up to date) is a concept apart from running calls on a connection. ``migrate``
+runs inside the caller's write transaction, so a crash leaves the file at its old version.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from collections.abc import Callable
+
+from . import _util as u
+from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
+from .search import scope_token, search_text
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id   TEXT PRIMARY KEY,
+    resource_id TEXT NOT NULL,
+    title       TEXT,
+    created_at  TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    metadata    TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS threads_by_resource ON threads (resource_id, created_at);
+CREATE TABLE IF NOT EXISTS messages (
+    id          TEXT NOT NULL,
+    resource_id TEXT NOT NULL,
+    thread_id   TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    data        TEXT NOT NULL,
+    tokens      INTEGER NOT NULL DEFAULT 0,
+    created_at  TEXT NOT NULL,
+    observed    INTEGER NOT NULL DEFAULT 0,
+    observed_at TEXT,
+    UNIQUE (thread_id, id),
+    UNIQUE (thread_id, seq)
+);
+CREATE INDEX IF NOT EXISTS messages_recall ON messages (resource_id, thread_id, seq);
+CREATE INDEX IF NOT EXISTS messages_by_id ON messages (resource_id, id);
+CREATE TABLE IF NOT EXISTS records (
+    key         TEXT PRIMARY KEY,
+    resource_id TEXT NOT NULL,
+    thread_id   TEXT,
+    scope       TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    body        TEXT NOT NULL,
+    updated_at  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    resource_id TEXT NOT NULL,
+    namespace   TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    updated_at  TEXT NOT NULL,
+    PRIMARY KEY (resource_id, namespace, key)
+);
+"""
+
+
+def _move_implicit_resources(conn: sqlite3.Connection) -> None:
+    """Migration 2: threads used without a resource move to their private resource
+    (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
+    crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
+    query = u.V1_IMPLICIT_THREADS_SQL.format(threads="threads", records="records")
+    conn.execute(f"CREATE TEMP TABLE om_implicit AS {query}")
+    records = conn.execute(
+        "SELECT key, resource_id, thread_id, body FROM records WHERE resource_id IN (SELECT thread_id FROM om_implicit)"
+    ).fetchall()
+    for key, resource_id, record_thread, body in records:  # bodies name their resource too
+        private = IMPLICIT_RESOURCE_PREFIX + resource_id
+        moved = u.record_body_for_resource(json.loads(body), private)
+        conn.execute(
+            "UPDATE records SET key = ?, resource_id = ?, body = ? WHERE key = ?",
+            (record_key(private, record_thread), private, u.dumps(moved, "record"), key),
+        )
+    for table in ("threads", "messages", "kv"):
+        conn.execute(
+            f"UPDATE {table} SET resource_id = ? || resource_id "
+            "WHERE resource_id IN (SELECT thread_id FROM om_implicit)",
+            (IMPLICIT_RESOURCE_PREFIX,),
+        )
+    conn.execute("DROP TABLE om_implicit")
+
+
+# MIGRATIONS[n] takes a database at version n - 1 to version n (all run in one transaction):
+# SQL statements, or a function of the connection.
+# v3: the unobserved rows of a thread have their own (partial) index, so marking a range observed
+# touches only the rows it changes instead of scanning the thread's whole history
+_UNOBSERVED_INDEX_V3 = """
+CREATE INDEX IF NOT EXISTS messages_unobserved ON messages (thread_id, seq) WHERE observed = 0;
+"""
+_SCHEMA_V4_VECTORS = """
+CREATE TABLE IF NOT EXISTS message_vectors (
+    pos         INTEGER PRIMARY KEY AUTOINCREMENT,
+    resource_id TEXT NOT NULL,
+    space       TEXT NOT NULL,
+    thread_id   TEXT NOT NULL,
+    message_id  TEXT NOT NULL,
+    vector      BLOB NOT NULL,
+    UNIQUE (thread_id, message_id, space)
+);
+CREATE INDEX IF NOT EXISTS message_vectors_scan ON message_vectors (resource_id, space, pos);
+CREATE TABLE IF NOT EXISTS vector_deletions (
+    resource_id TEXT PRIMARY KEY,
+    deleted     INTEGER NOT NULL
+);
+"""
+
+
+@functools.cache
+def fts5_available() -> bool:
+    """Whether this Python's SQLite was built with FTS5 (most are; some minimal builds are not)."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("CREATE VIRTUAL TABLE probe USING fts5(body)")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
+def has_search_index(conn: sqlite3.Connection) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'message_search'"
+    ).fetchone() is not None
+
+
+def create_search_index(conn: sqlite3.Connection) -> None:
+    """The FTS5 keyword index of recall search, filled from the stored messages (inside the
+    caller's transaction). ``scope`` holds a resource and a thread token, so a search reads only
+    one resource's entries; ``rank`` weighs only ``body``."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE message_search USING fts5(body, scope, thread_id UNINDEXED, "
+        "message_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')"
+    )
+    conn.execute("INSERT INTO message_search (message_search, rank) VALUES ('rank', 'bm25(1.0, 0.0)')")
+    rows = conn.execute("SELECT resource_id, thread_id, id, kind, data FROM messages")
+    while batch := rows.fetchmany(1000):
+        conn.executemany(
+            "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
+            [
+                (text, search_scope(row[0], row[1]), row[1], row[2])
+                for row in batch
+                if (text := search_text(json.loads(row[4]), row[3]))
+            ],
+        )
+
+
+def search_scope(resource_id: str, thread_id: str) -> str:
+    """The ``scope`` column of a message's index entry: its resource and thread tokens."""
+    return f"{scope_token('r', resource_id)} {scope_token('t', thread_id)}"
+
+
+def _migrate_v4(conn: sqlite3.Connection) -> None:
+    """Recall search: the embeddings table, and the keyword index backfilled from every stored
+    message (skipped on a SQLite without FTS5; created on a later open by one that has it)."""
+    for statement in split_statements(_SCHEMA_V4_VECTORS):
+        conn.execute(statement)
+    if fts5_available() and not has_search_index(conn):
+        create_search_index(conn)
+
+
+# v5: leases, so concurrent workers on one record do not pay the Observer twice for one range
+_LEASES_V5 = """
+CREATE TABLE IF NOT EXISTS leases (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
+    1: _SCHEMA_V1,
+    2: _move_implicit_resources,
+    3: _UNOBSERVED_INDEX_V3,
+    4: _migrate_v4,
+    5: _LEASES_V5,
+}
+
+
+def split_statements(script: str) -> list[str]:
+    """The statements of a SQL script (no statement of the schema holds a semicolon in a string)."""
+    return [part.strip() for part in script.split(";") if part.strip()]
+
+
+def stored_version(conn: sqlite3.Connection) -> int:
+    """The file's schema version (0 for a new file)."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if exists is None:
+        return 0
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def check_not_newer(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a file written by a newer langchain-om (and leave it untouched)."""
+    version = stored_version(conn)
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has langchain-om schema version {version}, newer than this code's "
+            f"{SCHEMA_VERSION}; upgrade langchain-om (the file was left untouched)"
+        )
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> bool:
+    """Bring the file to ``SCHEMA_VERSION`` inside the caller's write transaction; returns whether
+    keyword search is available (FTS5 here, and its index present)."""
+    check_not_newer(conn, path)  # re-check under the write lock: another process may have migrated
+    version = stored_version(conn)
+    if version == SCHEMA_VERSION:
+        if fts5_available() and not has_search_index(conn):
+            create_search_index(conn)  # migrated by a SQLite without FTS5: index now
+        return fts5_available()
+    fts = fts5_available()
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        migration = MIGRATIONS[target]
+        if callable(migration):
+            migration(conn)
+            continue
+        for statement in split_statements(migration):
+            conn.execute(statement)
+    conn.execute("DELETE FROM schema_version")
+    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+    return fts
