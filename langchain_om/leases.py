@@ -74,14 +74,25 @@ async def _held(store: Any, name: str, owner: str, ttl_s: float, acquired: bool)
     try:
         yield
     finally:
-        if beat is not None:
-            beat.cancel()
-            try:
-                await beat
-            except asyncio.CancelledError:
-                pass
-        if acquired:
-            await _release(store, name, owner)
+        try:
+            if beat is not None:
+                await _stop(beat)
+        finally:
+            if acquired:
+                await _release(store, name, owner)
+
+
+async def _stop(beat: asyncio.Future[None]) -> None:
+    """Cancel the heartbeat and wait for it to end, letting a cancel of the *caller* through.
+
+    ``await beat`` after ``beat.cancel()`` cannot tell the heartbeat's CancelledError from the
+    caller's: a cancel of the caller landing in that await is handed to the awaited heartbeat
+    (already cancelled), comes back as its CancelledError and was swallowed with it, so the
+    caller went on (``aclose(cancel=True)`` hung on a buffering cycle that then called an
+    Observer which never answered). ``asyncio.wait`` never raises the heartbeat's outcome and
+    raises the caller's own cancellation."""
+    beat.cancel()
+    await asyncio.wait({beat})
 
 
 @asynccontextmanager
@@ -119,9 +130,7 @@ async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
 async def is_free(store: Any, name: str) -> bool:
     """Whether nobody holds ``name`` right now (taken and given back at once; a hint, not a hold).
 
-    No heartbeat is started for so short a hold: a heartbeat task started and cancelled here left
-    the caller unable to take a later cancellation (``aclose(cancel=True)`` hung on a buffering
-    cycle whose Observer never answered)."""
+    So short a hold needs no heartbeat (and starts none)."""
     owner = uuid.uuid4().hex
     if not await _try(store, name, owner, 5.0):
         return False

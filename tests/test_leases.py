@@ -111,3 +111,34 @@ async def test_a_live_holder_keeps_its_lease_past_the_ttl(tmp_path: Any) -> None
         assert not await _try(store, name, "other", 0.3)
     assert await _try(store, name, "other", 0.3), "released on exit"
     await store.aclose()
+
+
+@pytest.mark.parametrize("how", ["try_lease", "wait_for_lease"])
+async def test_a_cancel_that_lands_while_a_lease_stops_its_heartbeat_is_not_swallowed(how: str) -> None:
+    """The root cause of ``aclose(cancel=True)`` hanging on a buffering cycle: leaving a lease
+    block cancels the heartbeat and waits for it; a cancel of the holder landing in that wait was
+    delivered through the heartbeat and swallowed as if it were the heartbeat's own, so the holder
+    went on into an Observer call that never answered."""
+    from langchain_om.leases import try_lease, wait_for_lease
+
+    store = object()  # no lease methods: the in-process lease, which takes and releases without awaiting
+    name = lease_name(f"r1:{how}", "buffer")
+    never = asyncio.Event()
+    reached_the_call = False
+
+    async def holder() -> None:
+        nonlocal reached_the_call
+        lease = try_lease(store, name, 5.0) if how == "try_lease" else wait_for_lease(store, name, 5.0)
+        async with lease:
+            pass
+        reached_the_call = True
+        await never.wait()  # an Observer that never answers
+
+    task = asyncio.create_task(holder())
+    await asyncio.sleep(0)  # the holder takes the lease, leaves the block and waits for its heartbeat to stop
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=2.0)
+    assert task in done and task.cancelled(), "the cancel was swallowed: the holder went on"
+    assert not reached_the_call
+    assert await _try(store, name, "other", 1.0), "the lease was given back"
+    await _release(store, name, "other")
