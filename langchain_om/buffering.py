@@ -11,6 +11,8 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
+from .failures import beyond_the_turn
+
 logger = logging.getLogger("langchain_om.buffering")
 
 # Prompt-cache lifetimes per provider, used by ``activate_after_idle="auto"``: once the provider's
@@ -44,7 +46,8 @@ def ms_between(earlier: datetime, later: datetime) -> float:
 
 
 class BackgroundTasks:
-    """Fire-and-forget tasks keyed by (record key, kind), at most one per key.
+    """Fire-and-forget tasks keyed by (record key, kind), at most one per key, each free of the
+    turn budget of the step that started it (``failures.beyond_the_turn``).
 
     Tasks belong to the loop that started them; ``aclose`` waits for them (or cancels them
     after ``timeout``) so a shutdown never leaves a half-written record: every task commits
@@ -72,7 +75,8 @@ class BackgroundTasks:
         if self.running(key, kind):
             coro.close()
             return False
-        task = asyncio.get_running_loop().create_task(coro, name=f"langchain-om:{kind}:{key}")
+        # background work answers to no turn: it never inherits the starting step's budget
+        task = asyncio.get_running_loop().create_task(beyond_the_turn(coro), name=f"langchain-om:{kind}:{key}")
         self._tasks[(key, kind)] = task
         task.add_done_callback(self._finished)
         return True

@@ -27,9 +27,11 @@ import contextvars
 import logging
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal, TypeVar
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger("langchain_om.failures")
 
@@ -143,6 +145,17 @@ def turn_budget(seconds: float | None) -> Iterator[None]:
     token = _deadline.set(deadline if outer is None else min(outer, deadline))
     try:
         yield
+    finally:
+        _deadline.reset(token)
+
+
+async def beyond_the_turn(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Await ``coro`` free of any turn's budget: for background work (buffering) started inside a
+    step. A task copies its creator's context variables, so without this a buffering cycle
+    started inside a bounded step was cut off by a turn it does not block."""
+    token = _deadline.set(None)
+    try:
+        return await coro
     finally:
         _deadline.reset(token)
 
