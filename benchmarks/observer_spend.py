@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from typing import Any
 from .common import machine, write_result
 
 _TURN = re.compile(r"turn (\d+):")
+_TRIGGER: contextvars.ContextVar[str] = contextvars.ContextVar("observer_spend_trigger", default="?")
 
 
 def _history(turns: int) -> list[Any]:
@@ -77,12 +79,17 @@ async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str
             turns_seen = sorted({int(t) for t in _TURN.findall(transcript)})
             chars = sum(len(str(m.content)) for m in messages)
             with open(log_path, "a", encoding="utf-8") as log:  # one short line per call: atomic append
-                log.write(json.dumps({"turns": turns_seen, "input_tokens": chars // 4}) + "\n")
+                log.write(json.dumps({"turns": turns_seen, "input_tokens": chars // 4, "pid": os.getpid(),
+                                      "trigger": _TRIGGER.get(), "t": time.time()}) + "\n")
             time.sleep(delay)
             return observation
 
+    def started(ctx: Any) -> None:  # the hook runs in the cycle's task: the Observer call sees the trigger
+        _TRIGGER.set(ctx.trigger)
+
     om = ObservationalMemory(
         _open_store(url), model=CountingObserver(responses=["unused"]), token_counter="estimator",
+        hooks={"on_observation_start": started},
         observation={"message_tokens": 300, "buffer_tokens": 100 if buffering else False},
         reflection={"observation_tokens": 10_000_000},
     )
@@ -125,7 +132,13 @@ def measure(url: str, workers: int, turns: int, delay: float, buffering: bool) -
     for call in calls:
         sends.update(call["turns"])
     input_tokens = sum(c["input_tokens"] for c in calls)
+    by_trigger: Counter[str] = Counter(c.get("trigger", "?") for c in calls)
+    chunk_turns = [len(c["turns"]) for c in calls]
     return {
+        "calls_by_trigger": dict(by_trigger),
+        "turns_per_call": chunk_turns,
+        "calls": calls if os.environ.get("OBSERVER_SPEND_KEEP_CALLS") else None,
+        "workers_calling": len({c.get("pid") for c in calls}),
         "workers": workers,
         "stored_messages": count,
         "conversation_tokens": tokens,

@@ -61,6 +61,11 @@ class BackgroundTasks:
         task = self._tasks.get((key, kind))
         return task is not None and not task.done()
 
+    def task(self, key: str, kind: str) -> asyncio.Task[Any] | None:
+        """The running task of ``(key, kind)``, if any."""
+        task = self._tasks.get((key, kind))
+        return task if task is not None and not task.done() else None
+
     def running_any(self, key: str) -> bool:
         return any(self.running(key, kind) for kind in ("observe", "reflect"))
 

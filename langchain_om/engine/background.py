@@ -21,7 +21,7 @@ from . import planner
 from .core import EngineCore
 from .model_runs import arun_observer
 from .reflection import abuffer_reflection
-from .state import MAX_COMMIT_RETRIES, OMAborted, StepState
+from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState
 
 logger = logging.getLogger("langchain_om")
 
@@ -46,17 +46,28 @@ def start_idle_buffering(core: EngineCore, step: StepState, record: OMRecord, wi
 
 
 async def abuffer_observation(core: EngineCore, step: StepState, pending: Sequence[StoredMessage]) -> None:
-    """Observe ``pending`` in the background and stage the result as a chunk (unless another
-    worker holds the record's ``buffer`` lease: it is buffering the same messages)."""
+    """Observe what is pending in the background and stage the result as a chunk (unless another
+    worker holds the record's ``buffer`` lease: it is buffering the same messages).
+
+    ``pending`` is only the scheduling step's view: under the lease the cycle reads the record
+    and the stored window again and takes everything not yet observed or buffered up to that
+    view's newest message, so workers cut the chunks one worker would; it skips when that is
+    less than the scheduler saw (another worker has buffered part of the range; the rest waits
+    for the next boundary)."""
     ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
+    wanted = min(core.config.observation.buffer_interval_tokens(), total_tokens(pending))
     async with try_lease(core.store, lease_name(step.key, "buffer"), ttl) as held:
         # a synchronous observation running elsewhere takes these messages: do not pay twice
         if held and await is_free(core.store, lease_name(step.key, "observe")):
             record = await core.aload_record(step.resource_id, step.thread_id)
             done = planner.buffered_through(record, step.thread_id)
-            pending = [m for m in pending if m.seq > done]
-            if pending:
-                await _buffer_held(core, step, pending)
+            # up to the scheduling step's newest message: a newer one may be a turn still in
+            # progress, which the next step could not activate (it would observe it again)
+            upto = max((m.seq for m in pending), default=done)
+            rows = await core.store.aget_messages(step.resource_id, step.thread_id, after_seq=done)
+            now = [m for m in rows if m.seq <= upto]
+            if now and total_tokens(now) >= max(1, wanted):
+                await _buffer_held(core, step, now)
 
 
 async def _buffer_held(core: EngineCore, step: StepState, pending: Sequence[StoredMessage]) -> None:
@@ -75,7 +86,19 @@ async def _buffer_held(core: EngineCore, step: StepState, pending: Sequence[Stor
     if result is None:
         await _flag_failure(core, step, planner.OBSERVATION_FAILED)
         return
-    async with core._lock(step.key):
+    # under the record's lock, or under a loan of it from a step of this process waiting for this
+    # chunk (buffer_handoff: it activates the chunk instead of observing the messages again)
+    async with core._loans.hold(step.key, core._lock(step.key)):
+        await _stage_chunk(core, step, chosen, result)
+
+
+async def _stage_chunk(core: EngineCore, step: StepState, chosen: Sequence[StoredMessage],
+                       result: CycleResult) -> None:
+    """Commit ``result`` as a buffered chunk of ``chosen`` (the caller holds the record's lock).
+
+    Retried on a concurrent commit (another worker's step): a chunk lost to a version race was
+    an Observer call paid for nothing."""
+    for _attempt in range(MAX_COMMIT_RETRIES):
         record = await core.aload_record(step.resource_id, step.thread_id)
         if chosen[0].seq <= planner.buffered_through(record, step.thread_id):
             return  # overtaken by a synchronous observation or another buffer: discard, never double-observe
@@ -98,12 +121,13 @@ async def _buffer_held(core: EngineCore, step: StepState, pending: Sequence[Stor
         updated.buffered_chunks.append(chunk)
         add_spend(updated.metadata, "observer", result.usage, result.provider_metadata)
         updated.metadata.pop(planner.OBSERVATION_FAILED, None)
-        await core.commit_quietly(updated, record.version)
+        if await core.commit_quietly(updated, record.version):
+            return
 
 
 async def _flag_failure(core: EngineCore, step: StepState, flag: str) -> None:
     """Record that background work failed (retried on a concurrent commit, so it is not lost)."""
-    async with core._lock(step.key):
+    async with core._loans.hold(step.key, core._lock(step.key)):  # a waiting step may lend its lock
         for _attempt in range(MAX_COMMIT_RETRIES):
             record = await core.aload_record(step.resource_id, step.thread_id)
             if record.metadata.get(flag) is True:

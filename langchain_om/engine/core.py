@@ -28,6 +28,7 @@ from langchain_core.runnables import RunnableConfig
 
 from .._loop import LoopThread
 from ..branches import branch_root
+from ..buffer_handoff import LockLoans
 from ..buffering import BackgroundTasks
 from ..config import OMConfig, OMConfigError
 from ..credentials import check_model_strings
@@ -120,6 +121,7 @@ class EngineCore:
         self.counter: TokenCounter = get_token_counter(token_counter)
         self._clock = clock or utcnow
         self._tasks = BackgroundTasks()
+        self._loans = LockLoans()  # a step waiting for this process's buffering cycle lends it the lock
         self._loop = LoopThread(refuse_in=self._store_bound_to)
         self._setup_lock: asyncio.Lock | None = None
         self._setup_loop: asyncio.AbstractEventLoop | None = None

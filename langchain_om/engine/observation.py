@@ -31,9 +31,11 @@ async def aobserve_now(core: EngineCore, step: StepState, record: OMRecord, plan
                        window: Window) -> OMRecord:
     """Carry out a ``SyncObservation`` under the record's ``observe`` lease."""
     ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
-    if core.config.buffering_enabled and not core._tasks.running(step.key, "observe"):
-        await wait_until_free(core.store, lease_name(step.key, "buffer"), ttl)  # another worker's chunk
+    own_cycle_over = not core.config.buffering_enabled or await _await_own_buffering(core, step, ttl)
     async with wait_for_lease(core.store, lease_name(step.key, "observe"), ttl):
+        if core.config.buffering_enabled and own_cycle_over:
+            # another worker's chunk of these messages; a cycle starting now sees `observe` taken and skips
+            await wait_until_free(core.store, lease_name(step.key, "buffer"), ttl)
         latest = await core.aload_record(step.resource_id, step.thread_id)
         if latest.version != record.version:  # another worker observed meanwhile: plan on what is left
             record, window = latest, await core.awindow(latest, step.resource_id, step.thread_id)
@@ -42,6 +44,17 @@ async def aobserve_now(core: EngineCore, step: StepState, record: OMRecord, plan
                 return record
             plan = replanned
         return await _observe_held(core, step, record, plan, window)
+
+
+async def _await_own_buffering(core: EngineCore, step: StepState, ttl: float) -> bool:
+    """Let this process's buffering cycle, already running on these messages, finish and stage its
+    chunk, which the observation then activates instead of paying the Observer again; the step
+    lends it the record's lock meanwhile (``buffer_handoff``). Bounded by the turn's budget (the
+    lease ttl without one): a call in flight answers sooner than a new one would. Returns False
+    if the cycle is still running after the wait."""
+    left = remaining_budget()
+    return await core._loans.wait_for(step.key, core._tasks.task(step.key, "observe"),
+                                      ttl if left is None else left)
 
 
 async def _observe_held(core: EngineCore, step: StepState, record: OMRecord, plan: planner.SyncObservation,

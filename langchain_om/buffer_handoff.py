@@ -1,0 +1,73 @@
+"""A step waiting for this process's buffering cycle lends it the record's lock.
+
+A worker steps faster than its Observer answers: while its buffering cycle waits for the
+Observer, the window crosses ``block_after`` and the step must observe synchronously. Another
+worker's cycle is waited for through the store (its ``buffer`` lease); this worker's own cycle
+was not: the step holds the record's in-process lock, which the cycle needs to stage its chunk,
+so waiting would deadlock. The step observed the same messages again and the cycle's chunk was
+thrown away: one worker paid the Observer about twice per message (measured with
+``benchmarks.observer_spend``: 60 calls for 60 turns, 55 turns sent twice).
+
+Now the step waits for the cycle (bounded) and, while it waits, lends it the lock: the cycle
+stages its chunk under the step's hold (nothing else of this process touches the record
+meanwhile), and the step activates the chunk instead of paying again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+
+class LockLoans:
+    """Per (event loop, record key): whether the holder of the record's lock lends it right now."""
+
+    def __init__(self) -> None:
+        self._loans: dict[tuple[int, str], asyncio.Event] = {}
+
+    def _loan(self, key: str) -> asyncio.Event:
+        slot = (id(asyncio.get_running_loop()), key)
+        event = self._loans.get(slot)
+        if event is None:
+            event = self._loans[slot] = asyncio.Event()
+        return event
+
+    async def wait_for(self, key: str, task: asyncio.Task[Any] | None, timeout_s: float | None) -> bool:
+        """Wait (at most ``timeout_s``) for this process's cycle ``task``, lending it the lock the
+        caller holds. Returns whether the cycle is over (a task of another loop is not waited for)."""
+        if task is None or task.done():
+            return True
+        if task.get_loop() is not asyncio.get_running_loop() or (timeout_s is not None and timeout_s <= 0):
+            return False
+        loan = self._loan(key)
+        loan.set()
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        finally:
+            loan.clear()
+        return task in done
+
+    @asynccontextmanager
+    async def hold(self, key: str, lock: asyncio.Lock) -> AsyncIterator[None]:
+        """Hold ``lock`` for the block, or a loan of it if its holder lends it first."""
+        loan = self._loan(key)
+        if loan.is_set():
+            yield
+            return
+        acquiring = asyncio.ensure_future(lock.acquire())
+        lent = asyncio.ensure_future(loan.wait())
+        holds = False
+        try:
+            try:
+                await asyncio.wait({acquiring, lent}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lent.cancel()
+                acquiring.cancel()  # a no-op once acquired
+                await asyncio.wait({acquiring, lent})  # no stray waiter left on the lock
+                holds = not acquiring.cancelled() and acquiring.exception() is None
+            yield
+        finally:
+            if holds:
+                lock.release()
