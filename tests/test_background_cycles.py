@@ -131,3 +131,34 @@ async def test_workers_stepping_one_thread_together_send_each_message_once(store
     assert max(sent.values()) == 1, f"messages sent twice: {[m for m, n in sent.items() if n > 1]}"
     record = await workers[0].aget_record("t1")
     assert len(record.groups) >= 1
+
+
+async def test_a_step_waits_for_its_never_answering_cycle_only_within_its_budget_and_aclose_cancels_it() -> None:
+    """The step that must observe waits for its own buffering cycle no longer than the turn's
+    budget; the cycle's Observer never answers, and ``aclose(cancel=True)`` still ends it."""
+    gate = asyncio.Event()
+
+    class FirstNeverAnswers(CallableFake):
+        async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+            if not self.prompts:
+                self.prompts.append(list(messages))
+                await gate.wait()  # the buffering cycle's call: never answered
+            return await super()._agenerate(messages, *args, **kwargs)
+
+    model = FirstNeverAnswers(fn=observer_or_reflector)
+    om = ObservationalMemory(
+        InMemoryStore(), model=model, token_counter="estimator",
+        observation={"message_tokens": 300, "buffer_tokens": 100},
+        reflection={"observation_tokens": 1_000_000}, failure_policy={"turn_budget": "500ms"},
+    )
+    loop = asyncio.get_running_loop()
+    slowest = 0.0
+    for history in conversation(6):
+        started = loop.time()
+        await om.aprocess("t1", history)
+        slowest = max(slowest, loop.time() - started)
+    assert model.prompts, "the buffering cycle called the Observer"
+    assert 0.4 <= slowest < 3.0, f"the step that had to observe waited {slowest:.1f} s (budget 0.5 s)"
+    status = await om.astatus("t1")
+    assert status.windows.buffered.observations.status == "running", "the cycle is still waiting"
+    await asyncio.wait_for(om.aclose(cancel=True), 5.0)
