@@ -17,8 +17,8 @@ own calls:
 Every size is loaded first; then ``--repeats`` rounds each run one fresh process per size, so
 the sizes are measured side by side in time (on a shared machine a busy minute then hits every
 size, not one). Figures are medians over all rounds: ``--repeats`` cold steps and RSS readings,
-``--steps`` warm steps and ``--steps`` commit steps per size. Each round adds about 40 messages
-to the thread, so "1k" ends near 1.2k.
+``--steps`` warm steps and ``--steps`` commit steps per size. With the defaults a round adds
+about 65 messages to the thread, so "1k" ends near 1.3k.
 
 Targets (issue "cost independent of history"): each figure at the largest size within 1.5x of
 its value at 1k; the cold first step within 3x of a commit step.
