@@ -190,8 +190,8 @@ def payload_from(cases: list[dict[str, Any]], sizes: list[int], steps: int) -> d
                 continue
             first, last = by.get((variant, saver, sizes[0])), by.get((variant, saver, sizes[-1]))
             if first and last:
-                ratios[f"{variant} ({saver}): mean at {sizes[-1]} / mean at {sizes[0]} (flat = 1)"] = ratio(
-                    last["step_ms"]["mean"], first["step_ms"]["mean"])
+                ratios[f"{variant} ({saver}): p50 at {sizes[-1]} / p50 at {sizes[0]} (flat = 1)"] = ratio(
+                    last["step_ms"]["p50"], first["step_ms"]["p50"])
             for other in STRATEGIES:
                 rival = by.get((other, saver, mid))
                 if rival is None or other in OM_VARIANTS:

@@ -25,7 +25,7 @@ from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 
-from .common import Timer, conversation, ratio, section_main, summary, table, turn_messages
+from .common import Timer, conversation, fmt, ratio, section_main, summary, table, turn_messages
 from .history import OM_MESSAGE_TOKENS, OM_OBSERVATION_TOKENS, THREAD, _append, bench_counter, preload_om, tempdir
 
 CONFIG: Any = {"configurable": {"thread_id": THREAD}}  # the thread's private resource, as preload_om writes it
@@ -123,12 +123,13 @@ async def collect(sizes: list[int], steps: int, forks: int, stores: list[str]) -
     ratios: dict[str, Any] = {}
     for kind, per in rows.items():
         first, last = str(sizes[0]), str(sizes[-1])
-        ratios[f"{kind}: checkpoint step / plain step at {last} (mean)"] = ratio(
-            per[last]["checkpoint_step_ms"]["mean"], per[last]["plain_step_ms"]["mean"])
-        ratios[f"{kind}: checkpoint step at {last} / at {first} (flat = 1)"] = ratio(
-            per[last]["checkpoint_step_ms"]["mean"], per[first]["checkpoint_step_ms"]["mean"])
-        ratios[f"{kind}: fork step at {last} / at {first} (flat = 1)"] = ratio(
-            per[last]["fork_step_ms"]["mean"], per[first]["fork_step_ms"]["mean"])
+        # medians: a collector pause in a few dozen steps moves a mean, not a median
+        ratios[f"{kind}: checkpoint step / plain step at {last} (p50)"] = ratio(
+            per[last]["checkpoint_step_ms"]["p50"], per[last]["plain_step_ms"]["p50"])
+        ratios[f"{kind}: checkpoint step at {last} / at {first} (p50, flat = 1)"] = ratio(
+            per[last]["checkpoint_step_ms"]["p50"], per[first]["checkpoint_step_ms"]["p50"])
+        ratios[f"{kind}: fork step at {last} / at {first} (p50, flat = 1)"] = ratio(
+            per[last]["fork_step_ms"]["p50"], per[first]["fork_step_ms"]["p50"])
     return {"params": {"sizes": sizes, "steps": steps, "forks": forks, "stores": stores,
                        "om_message_tokens": OM_MESSAGE_TOKENS}, "stores": rows, "ratios": ratios}
 
@@ -149,13 +150,13 @@ def report(payload: dict[str, Any]) -> str:
     lines = []
     for kind, per in payload["stores"].items():
         lines.append(table(
-            f"Checkpoint-aware memory, {kind} store (ms per step, mean / p95)",
+            f"Checkpoint-aware memory, {kind} store (ms per step, p50 / p95)",
             ["history", "plain step", "checkpoint-aware step", "fork step", "rows copied", "snapshot KB"],
-            [[int(size), f"{v['plain_step_ms']['mean']:.2f} / {v['plain_step_ms']['p95']:.2f}",
-              f"{v['checkpoint_step_ms']['mean']:.2f} / {v['checkpoint_step_ms']['p95']:.2f}",
-              f"{v['fork_step_ms']['mean']:.2f} / {v['fork_step_ms']['p95']:.2f}",
+            [[int(size), f"{v['plain_step_ms']['p50']:.2f} / {v['plain_step_ms']['p95']:.2f}",
+              f"{v['checkpoint_step_ms']['p50']:.2f} / {v['checkpoint_step_ms']['p95']:.2f}",
+              f"{v['fork_step_ms']['p50']:.2f} / {v['fork_step_ms']['p95']:.2f}",
               v["rows_copied_per_fork"], round(v["snapshot_bytes"] / 1024, 1)] for size, v in per.items()]))
-    lines.append("\n".join(f"  {k}: {v}" for k, v in payload["ratios"].items()))
+    lines.append("\n".join(f"  {k}: {fmt(v, 3)}" for k, v in payload["ratios"].items()))
     return "\n\n".join(lines)
 
 

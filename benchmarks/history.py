@@ -53,6 +53,8 @@ class StepStats:
     prompt_tokens: list[int] = field(default_factory=list)
     prefix_share: list[float] = field(default_factory=list)
     cold_ms: float = 0.0
+    cold_samples_ms: list[float] = field(default_factory=list)
+    commit_ms: list[float] = field(default_factory=list)
     setup_s: float = 0.0
     state_messages: int = 0
     events: dict[str, int] = field(default_factory=dict)
@@ -160,9 +162,52 @@ def _count(events: Sequence[Any], into: dict[str, int]) -> None:
         into[event.type] = into.get(event.type, 0) + 1
 
 
+COLD_SAMPLES = 5
+"""Cold first steps timed per case (fresh ``ObservationalMemory`` instances; the median is reported)."""
+COMMIT_MESSAGE_TOKENS = 300
+"""Observation threshold of the commit steps: about two turns, so one step in two commits."""
+
+
+async def cold_and_commit_steps(store: OMStore, state: list[BaseMessage], counter: TokenCounter, stats: StepStats,
+                                commits: int) -> None:
+    """Time OM's two rarer kinds of step on the store a case already stepped on, each step handed
+    the same state as the plain steps. Cold: the first step of a fresh ``ObservationalMemory`` (its
+    caches empty, the store already open), ``COLD_SAMPLES`` times. Commit: steps of an instance
+    without buffering whose threshold is about two turns, so the step itself observes and commits
+    (instant scripted Observer); only steps whose record version moved count, not the instance's
+    first (cold) step, which observes the whole unobserved tail at once."""
+    for sample in range(COLD_SAMPLES):
+        state.append(HumanMessage(f"Back again ({sample}): where were we?", id=f"cold{sample}h"))
+        fresh = ObservationalMemory(store, model=ScriptedObserverModel(),
+                                    observation={"message_tokens": OM_MESSAGE_TOKENS},
+                                    reflection={"observation_tokens": OM_OBSERVATION_TOKENS}, token_counter=counter)
+        with Timer() as timer:
+            await fresh.aprocess(THREAD, state)
+        await fresh.aclose(cancel=True)
+        stats.cold_samples_ms.append(timer.ms)
+    observing = ObservationalMemory(store, model=ScriptedObserverModel(),
+                                    observation={"message_tokens": COMMIT_MESSAGE_TOKENS, "buffer_tokens": False},
+                                    reflection={"observation_tokens": OM_OBSERVATION_TOKENS}, token_counter=counter)
+    try:
+        for turn in range(10_000, 10_000 + 4 * commits + 1):
+            human, ai = turn_messages(turn)
+            state = _append(state, human)
+            before = (await observing.aget_record(THREAD)).version
+            with Timer() as timer:
+                await observing.aprocess(THREAD, state)
+            state = _append(state, ai)
+            if turn > 10_000 and (await observing.aget_record(THREAD)).version > before:
+                stats.commit_ms.append(timer.ms)
+            if len(stats.commit_ms) >= commits:
+                break
+    finally:
+        await observing.aclose(cancel=True)
+
+
 async def run_om(history_len: int, steps: int, store_kind: str, counter: TokenCounter,
-                 tmp: str, prompts: bool = True) -> StepStats:
-    """OM at a history of ``history_len`` messages: preload through the store, then ``steps`` steps."""
+                 tmp: str, prompts: bool = True, rare_steps: bool = False) -> StepStats:
+    """OM at a history of ``history_len`` messages: preload through the store, then ``steps`` steps
+    (and with ``rare_steps`` the cold and commit steps of ``cold_and_commit_steps``)."""
     stats = StepStats(f"om-{store_kind}", history_len)
     history = conversation(history_len)
     store: OMStore = InMemoryStore() if store_kind == "memory" else SQLiteStore(
@@ -187,8 +232,9 @@ async def run_om(history_len: int, steps: int, store_kind: str, counter: TokenCo
                 await om.await_background()
             with Timer() as reducer2:
                 state = _append(state, ai)
-            if turn == 0:  # first step of a process: loads the known ids once
+            if turn == 0:  # first step of this instance: its caches are empty (a cold step)
                 stats.cold_ms = timer.ms
+                stats.cold_samples_ms.append(timer.ms)
                 meter.measure(context.to_messages())
                 continue
             stats.memory_ms.append(timer.ms)
@@ -200,6 +246,8 @@ async def run_om(history_len: int, steps: int, store_kind: str, counter: TokenCo
                 stats.prompt_tokens.append(tokens)
                 stats.prefix_share.append(share)
         stats.state_messages = len(state)
+        if rare_steps:
+            await cold_and_commit_steps(store, list(state), counter, stats, commits=max(3, min(steps, 20)))
     finally:
         await om.aclose(cancel=True)
         await store.aclose()

@@ -2,16 +2,26 @@
 
 For each store (SQLite file, PostgreSQL) and each history size, the history is written through
 the store directly (as if OM had run all along: everything observed but a short unobserved
-tail), then a **fresh process** opens the store and measures, timing only OM's own calls:
+tail). On PostgreSQL the schema is then vacuumed, analyzed and checkpointed, the state autovacuum
+and the checkpointer bring a live database to within a minute of such a load (``--no-settle``
+measures right after the load instead; the store's statements do not depend on it, see
+tests/test_pg_bounded_history.py). Then **fresh processes** open the store and time only OM's
+own calls:
 
-* cold first step: the process's first ``aprocess`` on the thread, handed the state a trimmed
+* cold first step: a process's first ``aprocess`` on the thread, handed the state a trimmed
   integration holds (the unobserved tail and the new message), and the process's RSS right after;
-* warm step: later steps that store a turn and cross no threshold (p50 of ``--steps``);
+* warm step: later steps that store a turn and cross no threshold;
 * commit step: steps that run a synchronous observation and commit it, marking messages
-  observed (instant scripted Observer; p50 of ``--steps``).
+  observed (instant scripted Observer).
+
+Every size is loaded first; then ``--repeats`` rounds each run one fresh process per size, so
+the sizes are measured side by side in time (on a shared machine a busy minute then hits every
+size, not one). Figures are medians over all rounds: ``--repeats`` cold steps and RSS readings,
+``--steps`` warm steps and ``--steps`` commit steps per size. With the defaults a round adds
+about 65 messages to the thread, so "1k" ends near 1.3k.
 
 Targets (issue "cost independent of history"): each figure at the largest size within 1.5x of
-its value at 1k; the cold first step within 3x of a warm commit step.
+its value at 1k; the cold first step within 3x of a commit step.
 
 A many-threads run steps ``3 x cache_limit`` threads round robin on one SQLite store (more
 threads than OM keeps in-process state for) and reports the step cost per round and the RSS
@@ -92,22 +102,30 @@ def _tail_state(size: int) -> list[BaseMessage]:
     return out
 
 
-async def measure(kind: str, where: str, schema: str, size: int, steps: int) -> dict[str, Any]:
-    """Runs in a fresh process: cold step and RSS first, then warm and commit steps."""
+def _quiet_om(store: OMStore) -> ObservationalMemory:
+    """OM that crosses no threshold: a step is the append and the bookkeeping around it."""
+    return ObservationalMemory(store, model=ScriptedObserverModel(), token_counter="estimator",
+                               observation={"message_tokens": 10_000_000, "buffer_tokens": False},
+                               reflection={"observation_tokens": 100_000_000})
+
+
+async def measure(kind: str, where: str, schema: str, size: int, steps: int, tag: str) -> dict[str, Any]:
+    """Runs in a fresh process: the cold step and RSS first, then ``steps`` warm steps and up to
+    ``steps`` commit steps; every sample is returned (``tag`` keeps this round's ids apart)."""
     store = open_store(kind, where, schema)
     quiet = ObservationalMemory(store, model=ScriptedObserverModel(), token_counter="estimator",
                                 observation={"message_tokens": 10_000_000, "buffer_tokens": False},
                                 reflection={"observation_tokens": 100_000_000})
     state = _tail_state(size)
-    state.append(HumanMessage("Cold start: what was the shed budget?", id="cold-h"))
+    state.append(HumanMessage(f"Cold start {tag}: what was the shed budget?", id=f"{tag}-cold-h"))
     started = time.perf_counter()
     await quiet.aprocess(THREAD, state, resource_id=RESOURCE)
     cold_ms = (time.perf_counter() - started) * 1000
     rss = _rss_mib()
     warm: list[float] = []
     for turn in range(steps):
-        state.append(AIMessage(f"Answer {turn}: " + "fine " * 30, id=f"warm-a{turn}"))
-        state.append(HumanMessage(f"Warm turn {turn}: anything else on the shed?", id=f"warm-h{turn}"))
+        state.append(AIMessage(f"Answer {turn}: " + "fine " * 30, id=f"{tag}-warm-a{turn}"))
+        state.append(HumanMessage(f"Warm turn {turn}: anything else on the shed?", id=f"{tag}-warm-h{turn}"))
         started = time.perf_counter()
         await quiet.aprocess(THREAD, state, resource_id=RESOURCE)
         warm.append((time.perf_counter() - started) * 1000)
@@ -116,9 +134,9 @@ async def measure(kind: str, where: str, schema: str, size: int, steps: int) -> 
                                     observation={"message_tokens": 150, "buffer_tokens": False},
                                     reflection={"observation_tokens": 100_000_000})
     commits: list[float] = []
-    for turn in range(steps + 1):
-        state.append(AIMessage(f"Reply {turn}: " + "noted " * 40, id=f"commit-a{turn}"))
-        state.append(HumanMessage(f"Commit turn {turn}: add a window to the shed.", id=f"commit-h{turn}"))
+    for turn in range(4 * steps + 1):  # about one step in three commits; stop at ``steps`` commits
+        state.append(AIMessage(f"Reply {turn}: " + "noted " * 40, id=f"{tag}-commit-a{turn}"))
+        state.append(HumanMessage(f"Commit turn {turn}: add a window to the shed.", id=f"{tag}-commit-h{turn}"))
         before = (await observing.aget_record(THREAD, resource_id=RESOURCE)).version
         started = time.perf_counter()
         await observing.aprocess(THREAD, state, resource_id=RESOURCE)
@@ -126,9 +144,12 @@ async def measure(kind: str, where: str, schema: str, size: int, steps: int) -> 
         if turn and (await observing.aget_record(THREAD, resource_id=RESOURCE)).version > before:
             commits.append(elapsed)  # the first is this instance's own cold step
         del state[:-TAIL]
+        if len(commits) >= steps:
+            break
+    await quiet.aclose()
+    await observing.aclose()
     await store.aclose()
-    return {"cold_ms": cold_ms, "rss_mib": rss, "warm_p50_ms": statistics.median(warm),
-            "commit_p50_ms": statistics.median(commits) if commits else None, "commit_steps": len(commits)}
+    return {"cold_ms": cold_ms, "rss_mib": rss, "warm_ms": warm, "commit_ms": commits}
 
 
 async def many_threads(rounds: int) -> dict[str, Any]:
@@ -152,15 +173,50 @@ async def many_threads(rounds: int) -> dict[str, Any]:
 
 
 def _worker(argv: list[str]) -> None:
-    kind, where, schema, size, steps = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
-    print(json.dumps(asyncio.run(measure(kind, where, schema, size, steps))))
+    kind, where, schema, size, steps, tag = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5]
+    print(json.dumps(asyncio.run(measure(kind, where, schema, size, steps, tag))))
 
 
-def _run_worker(kind: str, where: str, schema: str, size: int, steps: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.scale", "--worker", kind, where, schema, str(size), str(steps)]
+def _run_worker(kind: str, where: str, schema: str, size: int, steps: int, tag: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.scale", "--worker", kind, where, schema, str(size), str(steps), tag]
     done = subprocess.run(command, capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parent.parent)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _figures(samples: list[dict[str, Any]], seeded_s: float) -> dict[str, Any]:
+    """Medians over every round's samples (a cold step and an RSS per round)."""
+    warm = [v for s in samples for v in s["warm_ms"]]
+    commits = [v for s in samples for v in s["commit_ms"]]
+    return {"cold_ms": statistics.median(s["cold_ms"] for s in samples),
+            "rss_mib": statistics.median(s["rss_mib"] for s in samples),
+            "warm_p50_ms": statistics.median(warm), "commit_p50_ms": statistics.median(commits) if commits else None,
+            "cold_all_ms": [s["cold_ms"] for s in samples], "warm_steps": len(warm), "commit_steps": len(commits),
+            "rounds": len(samples), "seed_s": seeded_s}
+
+
+async def settle(kind: str, where: str, schema: str) -> str:
+    """Bring a freshly bulk-loaded PostgreSQL schema to the state a live database is in: vacuumed
+    and analyzed (autovacuum does both within a minute of a load this size: 20% dead rows, 10%
+    changed) and checkpointed (``checkpoint_timeout``). Without it the first minutes after the
+    load are measured instead: autovacuum of the load's dead rows and a checkpoint flushing it,
+    both competing with the steps. SQLite needs nothing (the store checkpoints its WAL)."""
+    if kind != "postgres":
+        return "none needed"
+    import psycopg
+    from psycopg import sql
+
+    done = []
+    async with await psycopg.AsyncConnection.connect(where, autocommit=True) as conn:
+        for table in ("messages", "message_search", "threads", "records"):
+            await conn.execute(sql.SQL("VACUUM (ANALYZE) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+        done.append("VACUUM ANALYZE")
+        try:
+            await conn.execute("CHECKPOINT")
+            done.append("CHECKPOINT")
+        except psycopg.Error:  # needs superuser or pg_checkpoint; a given DSN may not have it
+            pass
+    return " + ".join(done)
 
 
 async def _drop_schema(dsn: str, schema: str) -> None:
@@ -174,32 +230,53 @@ async def _drop_schema(dsn: str, schema: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = list(args.sizes) + ([1_000_000] if args.full and 1_000_000 not in args.sizes else [])
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
+    rounds = max(1, args.repeats)
+    per_round_steps = max(1, args.steps // rounds)
     results: dict[str, Any] = {}
+    settled: dict[str, str] = {}
     for kind in args.stores:
         if kind == "postgres" and not dsn:
             results[kind] = {"skipped": "no DSN (--pg-dsn / LANGCHAIN_OM_TEST_PG_DSN)"}
             continue
-        per_size: dict[str, Any] = {}
-        for size in sizes:
-            with tempfile.TemporaryDirectory() as folder:
-                where = str(Path(folder) / "scale.db") if kind == "sqlite" else str(dsn)
-                schema = f"om_scale_{uuid.uuid4().hex[:10]}"
-                store = open_store(kind, where, schema)
-                started = time.perf_counter()
-                asyncio.run(_seed_and_close(store, size))
-                seeded = time.perf_counter() - started
-                try:
-                    per_size[str(size)] = {**_run_worker(kind, where, schema, size, args.steps), "seed_s": seeded}
-                finally:
-                    if kind == "postgres":
+        with tempfile.TemporaryDirectory() as folder:
+            places: dict[int, tuple[str, str, float]] = {}
+            try:
+                for size in sizes:  # every size is loaded first, so the rounds below alternate sizes
+                    where = str(Path(folder) / f"scale-{size}.db") if kind == "sqlite" else str(dsn)
+                    schema = f"om_scale_{uuid.uuid4().hex[:10]}"
+                    started = time.perf_counter()
+                    asyncio.run(_seed_and_close(open_store(kind, where, schema), size))
+                    places[size] = (where, schema, time.perf_counter() - started)
+                    settled[kind] = "not settled (--no-settle)" if args.no_settle else asyncio.run(
+                        settle(kind, where, schema))
+                    print(f"  scale: {kind} {size:,} messages stored", file=sys.stderr)
+                samples: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
+                for round_ in range(rounds):  # sizes side by side in time, so a busy minute hits them all
+                    for size in sizes:
+                        where, schema, _ = places[size]
+                        samples[size].append(_run_worker(kind, where, schema, size, per_round_steps, f"r{round_}"))
+                results[kind] = {str(size): _figures(samples[size], places[size][2]) for size in sizes}
+            finally:
+                if kind == "postgres":
+                    for _, schema, _ in places.values():
                         asyncio.run(_drop_schema(str(dsn), schema))
-            print(f"  scale: {kind} {size:,} messages done", file=sys.stderr)
-        results[kind] = per_size
+        print(f"  scale: {kind} measured", file=sys.stderr)
     many = asyncio.run(many_threads(args.rounds)) if args.rounds else None
-    durability = {"sqlite": "WAL, synchronous=NORMAL (the store's setting)",
-                  "postgres": "server defaults of the cluster used (fsync on unless the DSN's cluster says otherwise)"}
-    return {"params": {"sizes": sizes, "steps": args.steps, "tail": TAIL, "stores": args.stores},
-            "stores": results, "many_threads": many, "durability": durability}
+    durability = {"sqlite": "WAL, synchronous=NORMAL (FULL for commits that mark messages observed)",
+                  "postgres": asyncio.run(_pg_durability(str(dsn))) if dsn and "postgres" in args.stores else "n/a"}
+    return {"params": {"sizes": sizes, "steps": args.steps, "repeats": rounds, "tail": TAIL, "stores": args.stores},
+            "stores": results, "many_threads": many, "durability": durability, "after_load": settled}
+
+
+async def _pg_durability(dsn: str) -> str:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        values = []
+        for name in ("fsync", "synchronous_commit", "autovacuum"):
+            row = await (await conn.execute(f"SHOW {name}")).fetchone()
+            values.append(f"{name}={row[0] if row else '?'}")
+    return ", ".join(values)
 
 
 async def _seed_and_close(store: OMStore, size: int) -> None:
@@ -218,8 +295,9 @@ def report(payload: dict[str, Any]) -> str:
             continue
         rows = [[f"{int(s):,}", d["cold_ms"], d["rss_mib"], d["warm_p50_ms"], d["commit_p50_ms"],
                  ratio(d["cold_ms"], d["commit_p50_ms"] or 0.0)] for s, d in per_size.items()]
-        lines.append(table(f"{kind}: one thread's history vs OM's step (ms; RSS MiB after the cold step); "
-                           f"durability: {payload['durability'][kind]}",
+        lines.append(table(f"{kind}: one thread's history vs OM's step (ms, medians; RSS MiB after the cold step); "
+                           f"durability: {payload['durability'][kind]}; after the load: "
+                           f"{payload.get('after_load', {}).get(kind, '?')}",
                            ["stored", "cold first step", "RSS", "warm p50", "commit p50", "cold / commit"], rows))
         first, last = per_size[str(sizes[0])], per_size[str(sizes[-1])]
         for name in ("cold_ms", "rss_mib", "warm_p50_ms", "commit_p50_ms"):
@@ -240,10 +318,15 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")],
                         default=[1000, 10_000] if quick else [1000, 10_000, 100_000])
     parser.add_argument("--full", action="store_true", help="also 1M messages")
-    parser.add_argument("--steps", type=int, default=10 if quick else 30)
+    parser.add_argument("--steps", type=int, default=10 if quick else 40)
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite", "postgres"])
     parser.add_argument("--rounds", type=int, default=2 if quick else 4)
     parser.add_argument("--pg-dsn", default=None)
+    parser.add_argument("--repeats", type=int, default=2 if quick else 5,
+                        help="rounds over the sizes, each a fresh process per size (one cold step each); "
+                             "--steps warm and commit steps are split over them")
+    parser.add_argument("--no-settle", action="store_true",
+                        help="measure right after the bulk load (no VACUUM ANALYZE / CHECKPOINT on PostgreSQL)")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

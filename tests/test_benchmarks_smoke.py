@@ -16,7 +16,7 @@ import pytest
 from benchmarks import __main__ as suite
 from benchmarks import agent_step, branches, buffering, prompt_tokens, search, step_cost, storage, token_counting
 from benchmarks.common import conversation, percentile, summary, turn_messages
-from benchmarks.history import PromptMeter, bench_counter
+from benchmarks.history import COLD_SAMPLES, PromptMeter, bench_counter
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -94,13 +94,19 @@ def test_step_cost_and_prompt_tokens_quick() -> None:
         for size in ("300", "600"):
             assert payload["strategies"][name][size]["memory_ms"]["n"] == 3
     assert payload["strategies"]["full-history"]["600"]["state_messages"] == 600 + 2 * (3 + 1)  # + warm-up step
-    assert "om-memory: mean at 600 / mean at 300 (flat = 1)" in payload["ratios"]
+    assert "om-memory: p50 at 600 / p50 at 300 (flat = 1)" in payload["ratios"]
+    for size in ("300", "600"):  # OM's rarer steps: cold first steps and commits, timed apart
+        om_case = payload["strategies"]["om-memory"][size]
+        assert om_case["cold_ms"]["n"] == COLD_SAMPLES + 1 and om_case["cold_ms"]["p50"] > 0
+        assert om_case["commit_ms"]["n"] >= 1 and om_case["commit_ms"]["p50"] > 0
+    assert "om-memory cold step: p50 at 600 / p50 at 300 (flat = 1)" in payload["ratios"]
     comparisons = payload["target"]["comparisons"]
     assert {(c["om"], c["summarization"]) for c in comparisons} == {
         ("om-memory", "summarization-70k"), ("om-memory", "summarization-800k")}
     assert all(c["met"] == (c["ratio"] is not None and c["ratio"] <= 0.1) for c in comparisons)
     text = step_cost.report(payload)
     assert "verdict:" in text and text.count("om-memory vs summarization-") == 2
+    assert "om-memory: cold first step" in text and "om-memory: commit step" in text
     prompts = prompt_tokens.run(_ns(prompt_tokens, sizes=[300, 600], steps=3), stats)
     om, full = prompts["strategies"]["om"]["600"], prompts["strategies"]["full-history"]["600"]
     assert 0 < om["prefix_share_mean"] <= 1 and full["prompt_tokens_max"] >= full["prompt_tokens_mean"] > 0
@@ -151,7 +157,7 @@ def test_branches_quick_times_steps_and_forks() -> None:
         assert per[size]["plain_step_ms"]["n"] == 3 and per[size]["checkpoint_step_ms"]["n"] == 3
         assert per[size]["fork_step_ms"]["n"] == 1
         assert per[size]["rows_copied_per_fork"] > 0 and per[size]["snapshot_bytes"] > 0
-    assert "memory: checkpoint step / plain step at 120 (mean)" in payload["ratios"]
+    assert "memory: checkpoint step / plain step at 120 (p50)" in payload["ratios"]
 
 
 def test_search_quick_sqlite_only() -> None:

@@ -322,6 +322,39 @@ async def test_mark_observed_touches_only_unobserved_rows(store: OMStore) -> Non
     assert after["m4"][0] and after["m5"][0] and not after["m6"][0]
 
 
+async def test_a_mark_past_the_last_row_leaves_later_rows_to_a_later_commit(store: OMStore) -> None:
+    """A mark covers the rows stored when it commits: rows appended afterwards with a seq under
+    that mark are still unobserved, and the next commit's mark covers them."""
+    await store.aappend_messages(R1, "t1", msgs("m", 3))
+    first = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 10})
+    await store.aappend_messages(R1, "t1", msgs("m", 4, start=4))
+    assert [m.observed for m in await store.aget_messages(R1, "t1")] == [True] * 3 + [False] * 4
+    await store.acommit_record(first, expected_version=first.version, mark_observed={"t1": 6})
+    assert [m.observed for m in await store.aget_messages(R1, "t1")] == [True] * 6 + [False]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.one_of(st.tuples(st.just("append"), st.integers(1, 4)),
+                                st.tuples(st.just("commit"), st.integers(0, 14))), min_size=1, max_size=10))
+async def test_marks_interleaved_with_appends_observe_exactly_the_rows_stored_under_a_mark(
+    store: OMStore, steps: list[tuple[str, int]]
+) -> None:
+    """Against a model: a row is observed once a commit ran after its append with a mark >= its seq."""
+    thread = f"t-{uuid4_hex()}"
+    stored: list[bool] = []  # the model: observed flag per seq - 1
+    version = 0
+    for kind, n in steps:
+        if kind == "append":
+            await store.aappend_messages(R1, thread, msgs(f"{len(stored)}-", n))
+            stored.extend([False] * n)
+        else:
+            committed = await store.acommit_record(record(thread_id=thread), expected_version=version,
+                                                   mark_observed={thread: n})
+            version = committed.version
+            stored = [flag or seq <= n for seq, flag in enumerate(stored, start=1)]
+    assert [m.observed for m in await store.aget_messages(R1, thread)] == stored
+
+
 def test_sqlite_marks_observed_through_the_unobserved_index(tmp_path: Path) -> None:
     """A commit walks the partial index of unobserved rows, not the thread's history."""
     from langchain_om.store.sqlite import MARK_OBSERVED_SQL, MIGRATIONS

@@ -205,13 +205,48 @@ _LEASES_V5 = [
     " owner TEXT NOT NULL,"
     " expires_at DOUBLE PRECISION NOT NULL)",
 ]
+# v6: each thread remembers how far its messages are all observed (``observed_through``), so a
+# commit marks the range (observed_through, mark] through the (thread_id, seq) key. The partial
+# index of v3 did not bound that walk on PostgreSQL: rows marked observed leave dead entries in it
+# until VACUUM, and a commit's scan visited every one of them (the whole history after a bulk mark).
+# The backfill reads the v3 index once (the first unobserved seq of each thread), then drops it.
+_OBSERVED_THROUGH_V6 = [
+    "ALTER TABLE {s}.threads ADD COLUMN IF NOT EXISTS observed_through BIGINT NOT NULL DEFAULT 0",
+    "UPDATE {s}.threads AS t SET observed_through = COALESCE("
+    " (SELECT MIN(m.seq) - 1 FROM {s}.messages AS m WHERE m.thread_id = t.thread_id AND NOT m.observed),"
+    " (SELECT MAX(m.seq) FROM {s}.messages AS m WHERE m.thread_id = t.thread_id), 0)",
+    "DROP INDEX IF EXISTS {s}.messages_unobserved",
+]
 MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
     3: _UNOBSERVED_INDEX_V3,
     4: _migrate_v4,
     5: _LEASES_V5,
+    6: _OBSERVED_THROUGH_V6,
 }
+
+# The statements a step runs against a thread's history name only columns that lead to a bounded
+# index range whatever the planner's statistics say (right after a bulk load there are none, and
+# a filter on resource_id alone let it choose the (resource_id, thread_id, seq) index and read the
+# whole thread). The resource is still checked, on the rows found.
+MESSAGES_BY_IDS_SQL = (
+    "SELECT id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at "
+    "FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s)"
+)
+"""A bounded lookup of a thread's ids: the (thread_id, id) unique key."""
+MARK_OBSERVED_SQL = (
+    "UPDATE {s}.messages SET observed = TRUE, observed_at = %s "
+    "WHERE thread_id = %s AND seq > %s AND seq <= %s AND NOT observed AND resource_id = %s"
+)
+"""Mark a thread's range (observed_through, mark]: the (thread_id, seq) unique key, only the new rows."""
+OBSERVED_THROUGH_SQL = (
+    "UPDATE {s}.threads SET observed_through = GREATEST(observed_through, COALESCE("
+    "(SELECT MAX(seq) FROM {s}.messages WHERE thread_id = %s AND seq <= %s), 0)) "
+    "WHERE thread_id = %s AND resource_id = %s"
+)
+"""Advance the thread's all-observed prefix to its last stored row at or below the mark (a mark
+past the last row must not cover rows appended later)."""
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -698,12 +733,8 @@ class PostgresStore:
         if not wanted:
             return []
         async with self._tx() as cur:
-            await cur.execute(
-                self._q(f"SELECT {_MESSAGE_COLUMNS} FROM {{s}}.messages WHERE resource_id = %s AND thread_id = %s "
-                        "AND id = ANY(%s)"),
-                (resource_id, thread_id, wanted),
-            )
-            return [_message(row) for row in await cur.fetchall()]
+            await cur.execute(self._q(MESSAGES_BY_IDS_SQL), (thread_id, wanted))
+            return [_message(row) for row in await cur.fetchall() if row["resource_id"] == resource_id]
 
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
@@ -896,6 +927,10 @@ class PostgresStore:
         body_text = u.record_json(stored)
         body = _jsonb(json.loads(body_text), "record")
         async with self._tx() as cur:
+            for thread_id in sorted(marks):
+                # the thread's append lock, taken before the record's row lock as adelete_thread
+                # does: no append is half done while observed_through moves past its rows
+                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
             if expected == 0:
                 await cur.execute(
                     self._q(
@@ -919,15 +954,23 @@ class PostgresStore:
                     self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
                     (expected + 1, body, now, key),
                 )
-            for thread_id, seq in marks.items():
-                await cur.execute(
-                    self._q(
-                        "UPDATE {s}.messages SET observed = TRUE, observed_at = %s "
-                        "WHERE resource_id = %s AND thread_id = %s AND seq <= %s AND NOT observed"
-                    ),
-                    (now, record.resource_id, thread_id, seq),
-                )
+            for thread_id, seq in sorted(marks.items()):
+                await self._mark_observed(cur, record.resource_id, thread_id, seq, now)
         return u.record_from_json(body_text)
+
+    async def _mark_observed(self, cur: Cursor, resource_id: str, thread_id: str, seq: int, now: datetime) -> None:
+        """Mark the thread's rows up to ``seq`` observed, touching only those past its
+        ``observed_through`` (every row at or below it is observed already: a flag is never
+        cleared and a new row always takes a higher seq). Runs under the thread's append lock."""
+        await cur.execute(
+            self._q("SELECT observed_through FROM {s}.threads WHERE thread_id = %s AND resource_id = %s"),
+            (thread_id, resource_id),
+        )
+        row = await cur.fetchone()
+        if row is None or int(row["observed_through"]) >= seq:
+            return  # another resource's thread (or none): nothing of this resource to mark
+        await cur.execute(self._q(MARK_OBSERVED_SQL), (now, thread_id, int(row["observed_through"]), seq, resource_id))
+        await cur.execute(self._q(OBSERVED_THROUGH_SQL), (thread_id, seq, thread_id, resource_id))
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)

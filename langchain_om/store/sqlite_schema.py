@@ -175,12 +175,18 @@ CREATE TABLE IF NOT EXISTS leases (
     expires_at REAL NOT NULL
 );
 """
+# v6: nothing on SQLite. PostgreSQL replaces its v3 index with a per-thread observed_through
+# (dead index entries outlive an UPDATE there until VACUUM); SQLite removes an entry from a partial
+# index in place, so MARK_OBSERVED_SQL already reads only the unobserved rows. The number stays in
+# step so both stores share one SCHEMA_VERSION.
+_NOTHING_V6 = ""
 MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
     3: _UNOBSERVED_INDEX_V3,
     4: _migrate_v4,
     5: _LEASES_V5,
+    6: _NOTHING_V6,
 }
 
 
