@@ -107,20 +107,22 @@ def changed_model(core: EngineCore, step: StepState) -> str | None:
     return None
 
 
+def _signals(core: EngineCore, step: StepState, idle_setting: Any, on_model_change: bool) -> planner.Signals:
+    idle = idle_signal(step, idle_setting)
+    previous = changed_model(core, step) if idle is None and on_model_change else None
+    return planner.Signals(idle, previous)
+
+
 def observation_signals(core: EngineCore, step: StepState) -> planner.Signals:
     """The early-activation signals under the observation settings (inherited top-level ones)."""
-    idle = idle_signal(step, core.config.observation_idle_ms())
-    previous = changed_model(core, step) if idle is None and core.config.observation_activates_on_provider_change() \
-        else None
-    return planner.Signals(idle, previous)
+    cfg = core.config
+    return _signals(core, step, cfg.observation_idle_ms(), cfg.observation_activates_on_provider_change())
 
 
 def reflection_signals(core: EngineCore, step: StepState) -> planner.Signals:
     """The same under the reflection settings (standalone only: never inherited, as the page says)."""
-    idle = idle_signal(step, core.config.reflection_idle_ms())
-    previous = changed_model(core, step) if idle is None and core.config.reflection_activates_on_provider_change() \
-        else None
-    return planner.Signals(idle, previous)
+    cfg = core.config
+    return _signals(core, step, cfg.reflection_idle_ms(), cfg.reflection_activates_on_provider_change())
 
 
 def provider_of(model_id: str | None) -> str | None:
