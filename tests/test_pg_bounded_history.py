@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from langchain_om.store import NewMessage, ObservationGroup, OMRecord, PostgresStore
+from langchain_om.store import NewMessage, ObservationGroup, OMRecord, PostgresStore, postgres_schema
 from langchain_om.store import postgres as pg
 
 pytestmark = pytest.mark.postgres
@@ -117,7 +117,7 @@ async def test_the_id_lookup_reads_only_the_asked_ids(loaded: PostgresStore, pg_
 async def test_migration_6_sets_each_threads_observed_prefix(pg_dsn: str, pg_schema: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A version-5 schema (marks through the v3 index) moves to 6 with every thread's prefix right."""
-    monkeypatch.setattr(pg, "SCHEMA_VERSION", 5)
+    monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", 5)
     old = PostgresStore(pg_dsn, schema=pg_schema)
     await old.asetup()
     for thread, count in (("partly", 6), ("fully", 4), ("never", 3)):
@@ -129,7 +129,7 @@ async def test_migration_6_sets_each_threads_observed_prefix(pg_dsn: str, pg_sch
             await conn.execute(sql.SQL("UPDATE {}.messages SET observed = TRUE, observed_at = now() "
                                        "WHERE thread_id = %s AND seq <= %s").format(sql.Identifier(pg_schema)),
                                (thread, seq))
-    monkeypatch.setattr(pg, "SCHEMA_VERSION", 6)
+    monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", 6)
     store = PostgresStore(pg_dsn, schema=pg_schema)
     try:
         await store.asetup()

@@ -10,39 +10,31 @@ Everything lives in its own schema (``langchain_om`` by default). Concurrency ru
 - Schema creation and migration run under an advisory lock, so workers starting together are safe.
 
 All values are bound parameters; the schema name is quoted with ``psycopg.sql.Identifier``.
+
+Layout: ``postgres_connection`` (the pool, setup and transactions), ``postgres_schema`` (tables
+and migrations), ``postgres_records`` (records, leases, values) and this module (threads,
+messages, search, vectors: ``PostgresStore``), each a concept of its own; ``DSN_ENV``,
+``MIGRATIONS``, ``SEARCH_CONFIG``, ``MARK_OBSERVED_SQL`` and ``OBSERVED_THROUGH_SQL`` are still
+importable from here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg import AsyncCursor, sql
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
-
 from . import _util as u
 from .base import (
-    IMPLICIT_RESOURCE_PREFIX,
-    SCHEMA_VERSION,
     InvalidStoreInput,
     NewMessage,
     OMRecord,
-    RecordConflictError,
-    RecordStamp,
     SearchHit,
     StoredMessage,
     StoreError,
     ThreadInfo,
-    ValueUpdate,
     VectorBatch,
     VectorItem,
     check_id,
@@ -51,6 +43,13 @@ from .base import (
     record_key,
     utcnow,
 )
+from .postgres_connection import DSN_ENV as DSN_ENV
+from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
+from .postgres_records import OBSERVED_THROUGH_SQL as OBSERVED_THROUGH_SQL
+from .postgres_records import PostgresRecords
+from .postgres_schema import INSERT_SEARCH, Cursor, jsonb
+from .postgres_schema import MIGRATIONS as MIGRATIONS
+from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG
 from .search import (
     RANK_CANDIDATES,
     check_space,
@@ -61,171 +60,6 @@ from .search import (
     tsquery_text,
 )
 
-DSN_ENV = "LANGCHAIN_OM_PG_DSN"
-
-_SCHEMA_V1 = [
-    "CREATE TABLE IF NOT EXISTS {s}.threads ("
-    " ord BIGSERIAL NOT NULL,"
-    " thread_id TEXT PRIMARY KEY,"
-    " resource_id TEXT NOT NULL,"
-    " title TEXT,"
-    " created_at TIMESTAMPTZ NOT NULL,"
-    " updated_at TIMESTAMPTZ NOT NULL,"
-    " metadata JSONB NOT NULL DEFAULT '{{}}'::jsonb)",
-    "CREATE INDEX IF NOT EXISTS threads_by_resource ON {s}.threads (resource_id, created_at DESC, ord DESC)",
-    "CREATE TABLE IF NOT EXISTS {s}.messages ("
-    " id TEXT NOT NULL,"
-    " resource_id TEXT NOT NULL,"
-    " thread_id TEXT NOT NULL,"
-    " seq BIGINT NOT NULL,"
-    " kind TEXT NOT NULL,"
-    " data JSONB NOT NULL,"
-    " tokens BIGINT NOT NULL DEFAULT 0,"
-    " created_at TIMESTAMPTZ NOT NULL,"
-    " observed BOOLEAN NOT NULL DEFAULT FALSE,"
-    " observed_at TIMESTAMPTZ,"
-    " UNIQUE (thread_id, id),"
-    " UNIQUE (thread_id, seq))",
-    "CREATE INDEX IF NOT EXISTS messages_recall ON {s}.messages (resource_id, thread_id, seq)",
-    "CREATE INDEX IF NOT EXISTS messages_by_id ON {s}.messages (resource_id, id)",
-    "CREATE TABLE IF NOT EXISTS {s}.records ("
-    " key TEXT PRIMARY KEY,"
-    " resource_id TEXT NOT NULL,"
-    " thread_id TEXT,"
-    " scope TEXT NOT NULL,"
-    " version BIGINT NOT NULL,"
-    " body JSONB NOT NULL,"
-    " updated_at TIMESTAMPTZ NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.kv ("
-    " resource_id TEXT NOT NULL,"
-    " namespace TEXT NOT NULL,"
-    " key TEXT NOT NULL,"
-    " value JSONB NOT NULL,"
-    " updated_at TIMESTAMPTZ NOT NULL,"
-    " PRIMARY KEY (resource_id, namespace, key))",
-]
-
-
-
-async def _move_implicit_resources(store: PostgresStore, cur: Cursor) -> None:
-    """Migration 2: threads used without a resource move to their private resource
-    (``u.V1_IMPLICIT_THREADS_SQL`` says which). Runs inside the migration's transaction, so a
-    crash leaves version 1 untouched and the next open redoes it; on version 2 nothing matches."""
-    query = u.V1_IMPLICIT_THREADS_SQL.format(threads="{s}.threads", records="{s}.records")
-    await cur.execute(store._q(f"CREATE TEMP TABLE om_implicit ON COMMIT DROP AS {query}"))
-    await cur.execute(store._q(
-        "SELECT key, resource_id, thread_id, body FROM {s}.records "
-        "WHERE resource_id IN (SELECT thread_id FROM om_implicit)"
-    ))
-    for record in await cur.fetchall():  # bodies name their resource too
-        private = IMPLICIT_RESOURCE_PREFIX + record["resource_id"]
-        moved = u.record_body_for_resource(u.from_jsonb_safe(record["body"]), private)
-        await cur.execute(
-            store._q("UPDATE {s}.records SET key = %s, resource_id = %s, body = %s WHERE key = %s"),
-            (record_key(private, record["thread_id"]), private, _jsonb(moved, "record"), record["key"]),
-        )
-    for table in ("threads", "messages", "kv"):
-        await cur.execute(
-            store._q(f"UPDATE {{s}}.{table} SET resource_id = %s::text || resource_id "
-                     "WHERE resource_id IN (SELECT thread_id FROM om_implicit)"),
-            (IMPLICIT_RESOURCE_PREFIX,),
-        )
-
-
-# MIGRATIONS[n] takes a schema at version n - 1 to version n (all run in one transaction):
-# SQL statements, or a coroutine function of the store and the migration's cursor.
-# v3: a partial index of the unobserved rows, so marking a range observed touches only those rows
-_UNOBSERVED_INDEX_V3 = [
-    "CREATE INDEX IF NOT EXISTS messages_unobserved ON {s}.messages (thread_id, seq) WHERE NOT observed",
-]
-SEARCH_CONFIG = "english"
-"""The text search configuration of the keyword index (stemming like SQLite's porter tokenizer)."""
-
-_SCHEMA_V4 = [
-    # the keyword index: narrow rows (no message body), so ranking reads little; pos orders by recency
-    "CREATE TABLE IF NOT EXISTS {s}.message_search ("
-    " pos BIGSERIAL PRIMARY KEY,"
-    " resource_id TEXT NOT NULL,"
-    " thread_id TEXT NOT NULL,"
-    " message_id TEXT NOT NULL,"
-    " search tsvector NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS message_search_recent ON {s}.message_search (resource_id, pos)",
-    "CREATE INDEX IF NOT EXISTS message_search_words ON {s}.message_search USING GIN (search)",
-    "CREATE INDEX IF NOT EXISTS message_search_thread ON {s}.message_search (thread_id)",
-    "CREATE TABLE IF NOT EXISTS {s}.vector_deletions (resource_id TEXT PRIMARY KEY, deleted BIGINT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS {s}.message_vectors ("
-    " pos BIGSERIAL PRIMARY KEY,"
-    " resource_id TEXT NOT NULL,"
-    " space TEXT NOT NULL,"
-    " thread_id TEXT NOT NULL,"
-    " message_id TEXT NOT NULL,"
-    " vector BYTEA NOT NULL,"
-    " UNIQUE (thread_id, message_id, space))",
-    "CREATE INDEX IF NOT EXISTS message_vectors_scan ON {s}.message_vectors (resource_id, space, pos)",
-]
-
-_BACKFILL_BATCH = 1000
-_INSERT_SEARCH = (
-    "INSERT INTO {s}.message_search (resource_id, thread_id, message_id, search) "
-    f"VALUES (%s, %s, %s, to_tsvector('{SEARCH_CONFIG}', %s))"
-)
-
-
-async def _migrate_v4(store: PostgresStore, cur: Cursor) -> None:
-    """Recall search: the ``tsvector`` index table, backfilled from every stored message (paged
-    by key, oldest first, in the migration's transaction), and the embeddings tables."""
-    for statement in _SCHEMA_V4:
-        await cur.execute(store._q(statement))
-    last: tuple[str, int] = ("", 0)
-    while True:
-        await cur.execute(
-            store._q(
-                "SELECT resource_id, thread_id, seq, id, kind, data FROM {s}.messages "
-                "WHERE (thread_id, seq) > (%s, %s) ORDER BY thread_id, seq LIMIT %s"
-            ),
-            (*last, _BACKFILL_BATCH),
-        )
-        rows = await cur.fetchall()
-        if not rows:
-            return
-        last = (rows[-1]["thread_id"], rows[-1]["seq"])
-        entries = [
-            (row["resource_id"], row["thread_id"], row["id"], text)
-            for row in rows
-            if (text := search_text(u.from_jsonb_safe(row["data"]), row["kind"]))
-        ]
-        if entries:
-            await cur.executemany(store._q(_INSERT_SEARCH), entries)
-
-
-# v5: leases, so concurrent workers on one record do not pay the Observer twice for one range
-_LEASES_V5 = [
-    "CREATE TABLE IF NOT EXISTS {s}.leases ("
-    " name TEXT PRIMARY KEY,"
-    " owner TEXT NOT NULL,"
-    " expires_at DOUBLE PRECISION NOT NULL)",
-]
-# v6: each thread remembers how far its messages are all observed (``observed_through``), so a
-# commit marks the range (observed_through, mark] through the (thread_id, seq) key. The partial
-# index of v3 did not bound that walk on PostgreSQL: rows marked observed leave dead entries in it
-# until VACUUM, and a commit's scan visited every one of them (the whole history after a bulk mark).
-# The backfill reads the v3 index once (the first unobserved seq of each thread), then drops it.
-_OBSERVED_THROUGH_V6 = [
-    "ALTER TABLE {s}.threads ADD COLUMN IF NOT EXISTS observed_through BIGINT NOT NULL DEFAULT 0",
-    "UPDATE {s}.threads AS t SET observed_through = COALESCE("
-    " (SELECT MIN(m.seq) - 1 FROM {s}.messages AS m WHERE m.thread_id = t.thread_id AND NOT m.observed),"
-    " (SELECT MAX(m.seq) FROM {s}.messages AS m WHERE m.thread_id = t.thread_id), 0)",
-    "DROP INDEX IF EXISTS {s}.messages_unobserved",
-]
-MIGRATIONS: dict[int, list[str] | Callable[[PostgresStore, Cursor], Awaitable[None]]] = {
-    1: _SCHEMA_V1,
-    2: _move_implicit_resources,
-    3: _UNOBSERVED_INDEX_V3,
-    4: _migrate_v4,
-    5: _LEASES_V5,
-    6: _OBSERVED_THROUGH_V6,
-}
-
 # The statements a step runs against a thread's history name only columns that lead to a bounded
 # index range whatever the planner's statistics say (right after a bulk load there are none, and
 # a filter on resource_id alone let it choose the (resource_id, thread_id, seq) index and read the
@@ -235,18 +69,6 @@ MESSAGES_BY_IDS_SQL = (
     "FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s)"
 )
 """A bounded lookup of a thread's ids: the (thread_id, id) unique key."""
-MARK_OBSERVED_SQL = (
-    "UPDATE {s}.messages SET observed = TRUE, observed_at = %s "
-    "WHERE thread_id = %s AND seq > %s AND seq <= %s AND NOT observed AND resource_id = %s"
-)
-"""Mark a thread's range (observed_through, mark]: the (thread_id, seq) unique key, only the new rows."""
-OBSERVED_THROUGH_SQL = (
-    "UPDATE {s}.threads SET observed_through = GREATEST(observed_through, COALESCE("
-    "(SELECT MAX(seq) FROM {s}.messages WHERE thread_id = %s AND seq <= %s), 0)) "
-    "WHERE thread_id = %s AND resource_id = %s"
-)
-"""Advance the thread's all-observed prefix to its last stored row at or below the mark (a mark
-past the last row must not cover rows appended later)."""
 
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -261,8 +83,6 @@ _MESSAGE_SELECT = (
     "id, resource_id, thread_id, seq, kind, data, tokens, created_at AT TIME ZONE 'UTC' AS created_at, "
     "observed, observed_at AT TIME ZONE 'UTC' AS observed_at"
 )
-
-Cursor = AsyncCursor[dict[str, Any]]
 
 
 def _thread(row: dict[str, Any]) -> ThreadInfo:
@@ -291,38 +111,8 @@ def _message(row: dict[str, Any]) -> StoredMessage:
     )
 
 
-def _jsonb(value: Any, field: str) -> Jsonb:
-    return Jsonb(u.to_jsonb_safe(value, field))
-
-
-class PostgresStore:
+class PostgresStore(PostgresRecords):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
-
-    def __init__(
-        self,
-        dsn: str | None = None,
-        *,
-        pool: AsyncConnectionPool | None = None,
-        schema: str = "langchain_om",
-        min_size: int = 1,
-        max_size: int = 10,
-    ) -> None:
-        if dsn is not None and pool is not None:
-            raise InvalidStoreInput("pool", "pass either dsn or pool, not both")
-        if dsn is None and pool is None:
-            dsn = os.environ.get(DSN_ENV) or None
-            if dsn is None:
-                raise StoreError(f"PostgresStore needs dsn=, pool= or the {DSN_ENV} environment variable")
-        self.schema = check_id(schema, "schema", max_len=63)
-        self._dsn = dsn
-        self._pool: AsyncConnectionPool | None = pool
-        self._owns_pool = pool is None
-        self._min_size = max(1, u.check_count(min_size, "min_size"))
-        self._max_size = max(self._min_size, u.check_count(max_size, "max_size"))
-        self._setup_done = False
-        self._setup_lock: asyncio.Lock | None = None
-        self._bound_loop: asyncio.AbstractEventLoop | None = None
-        self._queries: dict[str, sql.Composed] = {}
 
     @classmethod
     def from_env(cls, *, schema: str = "langchain_om") -> PostgresStore:
@@ -334,106 +124,6 @@ class PostgresStore:
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self.schema!r})"
-
-    def _q(self, template: str) -> sql.Composed:
-        """A query with ``{s}`` bound to the quoted schema name (cached; templates are constants)."""
-        query = self._queries.get(template)
-        if query is None:
-            query = sql.SQL(template).format(s=sql.Identifier(self.schema))
-            self._queries[template] = query
-        return query
-
-    # ---- pool and schema ----------------------------------------------------------------
-
-    async def asetup(self) -> None:
-        """Open the pool (if this store made it) and create or migrate the schema (idempotent)."""
-        if self._setup_done:
-            return
-        if self._setup_lock is None:
-            self._setup_lock = asyncio.Lock()
-        async with self._setup_lock:
-            if self._setup_done:
-                return
-            try:
-                if self._pool is None:
-                    self._pool = AsyncConnectionPool(
-                        self._dsn or "",
-                        min_size=self._min_size,
-                        max_size=self._max_size,
-                        kwargs={"autocommit": True},
-                        open=False,
-                        name=f"langchain_om.{self.schema}",
-                    )
-                if self._owns_pool:
-                    await self._pool.open(wait=True)
-                self._bound_loop = asyncio.get_running_loop()  # psycopg's async pool lives on this loop
-                async with self._pool.connection() as conn:
-                    async with conn.transaction():
-                        async with conn.cursor(row_factory=dict_row) as cur:
-                            await self._migrate(cur)
-            except psycopg.Error as exc:
-                raise StoreError(f"PostgreSQL setup failed: {exc}") from exc
-            self._setup_done = True
-
-    async def _stored_version(self, cur: Cursor) -> int:
-        await cur.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = 'schema_version'",
-            (self.schema,),
-        )
-        if await cur.fetchone() is None:
-            return 0
-        await cur.execute(self._q("SELECT COALESCE(MAX(version), 0) AS v FROM {s}.schema_version"))
-        row = await cur.fetchone()
-        return int(row["v"]) if row is not None else 0
-
-    async def _migrate(self, cur: Cursor) -> None:
-        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"langchain_om.migrate:{self.schema}",))
-        version = await self._stored_version(cur)
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"schema {self.schema!r} has langchain-om schema version {version}, newer than this code's "
-                f"{SCHEMA_VERSION}; upgrade langchain-om (nothing was changed)"
-            )
-        if version == SCHEMA_VERSION:
-            return
-        await cur.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
-        await cur.execute(self._q("CREATE TABLE IF NOT EXISTS {s}.schema_version (version INTEGER NOT NULL)"))
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            migration = MIGRATIONS[target]
-            if callable(migration):
-                await migration(self, cur)
-                continue
-            for statement in migration:
-                await cur.execute(self._q(statement))
-        await cur.execute(self._q("DELETE FROM {s}.schema_version"))
-        await cur.execute(self._q("INSERT INTO {s}.schema_version (version) VALUES (%s)"), (SCHEMA_VERSION,))
-
-    async def aclose(self) -> None:
-        """Close the pool if this store created it; a pool passed in belongs to the caller."""
-        if self._owns_pool and self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-        self._setup_done = False
-        self._bound_loop = None
-
-    def bound_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The loop the pool was opened on (``SupportsLoopBinding``): its connections, and the
-        workers that open new ones, run there."""
-        loop = self._bound_loop
-        return loop if loop is not None and not loop.is_closed() else None
-
-    @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[Cursor]:
-        """One transaction on a pooled connection; database errors surface as ``StoreError``."""
-        await self.asetup()
-        assert self._pool is not None
-        try:
-            async with self._pool.connection() as conn:
-                async with conn.transaction():
-                    async with conn.cursor(row_factory=dict_row) as cur:
-                        yield cur
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL error: {exc}") from exc
 
     # ---- threads ------------------------------------------------------------------------
 
@@ -455,7 +145,7 @@ class PostgresStore:
                 f"INSERT INTO {{s}}.threads ({_THREAD_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (thread_id) DO NOTHING"
             ),
-            (thread_id, resource_id, title, now, now, _jsonb(metadata or {}, "metadata")),
+            (thread_id, resource_id, title, now, now, jsonb(metadata or {}, "metadata")),
         )
         await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
         row = await cur.fetchone()
@@ -506,7 +196,7 @@ class PostgresStore:
                 ),
                 (
                     title if title is not None else thread.title,
-                    _jsonb(merged, "metadata"),
+                    jsonb(merged, "metadata"),
                     utcnow(),
                     thread_id,
                     resource_id,
@@ -613,7 +303,7 @@ class PostgresStore:
         body_text = u.record_json(forgotten.model_copy(update={"version": version, "updated_at": now}))
         await cur.execute(
             self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
-            (version, _jsonb(json.loads(body_text), "record"), now, key),
+            (version, jsonb(json.loads(body_text), "record"), now, key),
         )
 
     # ---- messages -----------------------------------------------------------------------
@@ -624,7 +314,7 @@ class PostgresStore:
         """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         batch = u.check_messages(messages)
-        encoded = [(m, _jsonb(m.data, "data")) for m in batch]
+        encoded = [(m, jsonb(m.data, "data")) for m in batch]
         async with self._tx() as cur:
             if not encoded:
                 await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
@@ -678,7 +368,7 @@ class PostgresStore:
                     rows,
                 )
                 if entries:
-                    await cur.executemany(self._q(_INSERT_SEARCH), entries)
+                    await cur.executemany(self._q(INSERT_SEARCH), entries)
                 await cur.execute(
                     self._q("UPDATE {s}.threads SET updated_at = %s WHERE thread_id = %s"), (utcnow(), thread_id)
                 )
@@ -746,7 +436,7 @@ class PostgresStore:
                     "UPDATE {s}.messages SET data = %s, tokens = %s WHERE resource_id = %s AND thread_id = %s "
                     "AND id = %s AND NOT observed AND kind = 'message'"
                 ),
-                (_jsonb(new.data, "data"), new.tokens, resource_id, thread_id, message_id),
+                (jsonb(new.data, "data"), new.tokens, resource_id, thread_id, message_id),
             )
             return bool(cur.rowcount)
 
@@ -864,168 +554,3 @@ class PostgresStore:
             )
             row = await cur.fetchone()
         return (int(row["n"]), int(row["top"])) if row is not None else (0, 0)
-
-    # ---- records ------------------------------------------------------------------------
-
-    async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
-        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
-        async with self._tx() as cur:
-            await cur.execute(
-                self._q("SELECT body FROM {s}.records WHERE key = %s AND resource_id = %s"),
-                (record_key(resource_id, thread_id), resource_id),
-            )
-            row = await cur.fetchone()
-        return OMRecord.model_validate(u.from_jsonb_safe(row["body"])) if row is not None else None
-
-    async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
-        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
-        async with self._tx() as cur:
-            await cur.execute(
-                self._q("SELECT version, updated_at AT TIME ZONE 'UTC' AS updated_at FROM {s}.records "
-                        "WHERE key = %s AND resource_id = %s"),
-                (record_key(resource_id, thread_id), resource_id),
-            )
-            row = await cur.fetchone()
-        return (int(row["version"]), u.to_utc(row["updated_at"])) if row is not None else None
-
-    async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
-        """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
-
-        A lease row with an expiry rather than an advisory lock: an advisory lock lives as long as
-        its session, and pooled connections outlive the worker step that took it."""
-        now = time.time()
-        async with self._tx() as cur:
-            await cur.execute(
-                self._q(
-                    "INSERT INTO {s}.leases (name, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (name) "
-                    "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-                    "WHERE {s}.leases.expires_at < %s OR {s}.leases.owner = excluded.owner RETURNING owner"
-                ),
-                (name, owner, now + ttl_s, now),
-            )
-            return await cur.fetchone() is not None
-
-    async def arelease_lease(self, name: str, owner: str) -> None:
-        """Give the lease back (a no-op when ``owner`` no longer holds it)."""
-        async with self._tx() as cur:
-            await cur.execute(self._q("DELETE FROM {s}.leases WHERE name = %s AND owner = %s"), (name, owner))
-
-    async def acommit_record(
-        self,
-        record: OMRecord,
-        *,
-        expected_version: int,
-        mark_observed: Mapping[str, int] | None = None,
-    ) -> OMRecord:
-        """Compare-and-swap the record (row lock) and mark messages observed in the same transaction."""
-        record, expected = u.check_record(record, expected_version)
-        marks = u.check_mark_observed(mark_observed)
-        thread_part = u.record_thread(record)
-        key = record_key(record.resource_id, thread_part)
-        now = utcnow()
-        stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
-        body_text = u.record_json(stored)
-        body = _jsonb(json.loads(body_text), "record")
-        async with self._tx() as cur:
-            for thread_id in sorted(marks):
-                # the thread's append lock, taken before the record's row lock as adelete_thread
-                # does: no append is half done while observed_through moves past its rows
-                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
-            if expected == 0:
-                await cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.records (key, resource_id, thread_id, scope, version, body, updated_at) "
-                        "VALUES (%s, %s, %s, %s, 1, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING version"
-                    ),
-                    (key, record.resource_id, thread_part, record.scope, body, now),
-                )
-                if await cur.fetchone() is None:
-                    raise RecordConflictError(f"record {key!r} already exists (expected to create it)")
-            else:
-                await cur.execute(
-                    self._q("SELECT version FROM {s}.records WHERE key = %s AND resource_id = %s FOR UPDATE"),
-                    (key, record.resource_id),
-                )
-                row = await cur.fetchone()
-                current = int(row["version"]) if row is not None else 0
-                if current != expected:
-                    raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
-                await cur.execute(
-                    self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
-                    (expected + 1, body, now, key),
-                )
-            for thread_id, seq in sorted(marks.items()):
-                await self._mark_observed(cur, record.resource_id, thread_id, seq, now)
-        return u.record_from_json(body_text)
-
-    async def _mark_observed(self, cur: Cursor, resource_id: str, thread_id: str, seq: int, now: datetime) -> None:
-        """Mark the thread's rows up to ``seq`` observed, touching only those past its
-        ``observed_through`` (every row at or below it is observed already: a flag is never
-        cleared and a new row always takes a higher seq). Runs under the thread's append lock."""
-        await cur.execute(
-            self._q("SELECT observed_through FROM {s}.threads WHERE thread_id = %s AND resource_id = %s"),
-            (thread_id, resource_id),
-        )
-        row = await cur.fetchone()
-        if row is None or int(row["observed_through"]) >= seq:
-            return  # another resource's thread (or none): nothing of this resource to mark
-        await cur.execute(self._q(MARK_OBSERVED_SQL), (now, thread_id, int(row["observed_through"]), seq, resource_id))
-        await cur.execute(self._q(OBSERVED_THROUGH_SQL), (thread_id, seq, thread_id, resource_id))
-
-    async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
-        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
-        async with self._tx() as cur:
-            await cur.execute(
-                self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
-                (record_key(resource_id, thread_id), resource_id),
-            )
-
-    # ---- values -------------------------------------------------------------------------
-
-    async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
-        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
-        async with self._tx() as cur:
-            await cur.execute(
-                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
-            )
-            row = await cur.fetchone()
-        return u.from_jsonb_safe(row["value"]) if row is not None else None
-
-    async def _lock_value(self, cur: Cursor, slot: tuple[str, str, str]) -> None:
-        """Serialise writers of one value (a missing row has nothing ``FOR UPDATE`` could lock)."""
-        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("langchain_om.kv\x1f" + "\x1f".join(slot),))
-
-    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
-        """Read, apply ``update`` and write in one transaction under the value's advisory lock."""
-        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
-        apply = u.check_update(update)
-        async with self._tx() as cur:
-            await self._lock_value(cur, slot)
-            await cur.execute(
-                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
-            )
-            row = await cur.fetchone()
-            value = u.json_roundtrip(apply(u.from_jsonb_safe(row["value"]) if row is not None else None), "value")
-            await cur.execute(
-                self._q(
-                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
-                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
-                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
-                ),
-                (*slot, _jsonb(value, "value"), utcnow()),
-            )
-        return value
-
-    async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
-        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
-        encoded = _jsonb(value, "value")
-        async with self._tx() as cur:
-            await self._lock_value(cur, slot)
-            await cur.execute(
-                self._q(
-                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
-                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
-                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
-                ),
-                (*slot, encoded, utcnow()),
-            )

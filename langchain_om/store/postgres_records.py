@@ -1,0 +1,213 @@
+"""The PostgreSQL store's tables of engine state: OM records, leases and per-resource values.
+
+``PostgresRecords`` sits between the connection (``PostgresConnection``) and ``PostgresStore``
+(threads, messages, search, vectors): a record is swapped by compare-and-swap under its row
+lock, in one transaction with the marking of the messages it observed (see ``postgres.py``'s
+docstring for the concurrency rules).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from . import _util as u
+from .base import (
+    OMRecord,
+    RecordConflictError,
+    RecordStamp,
+    ValueUpdate,
+    check_id,
+    check_resource_id,
+    record_key,
+    utcnow,
+)
+from .postgres_connection import PostgresConnection
+from .postgres_schema import Cursor, jsonb
+
+# The statements a step runs against a thread's history name only columns that lead to a bounded
+# index range whatever the planner's statistics say (right after a bulk load there are none, and
+# a filter on resource_id alone let it choose the (resource_id, thread_id, seq) index and read the
+# whole thread). The resource is still checked, on the rows found.
+MARK_OBSERVED_SQL = (
+    "UPDATE {s}.messages SET observed = TRUE, observed_at = %s "
+    "WHERE thread_id = %s AND seq > %s AND seq <= %s AND NOT observed AND resource_id = %s"
+)
+"""Mark a thread's range (observed_through, mark]: the (thread_id, seq) unique key, only the new rows."""
+OBSERVED_THROUGH_SQL = (
+    "UPDATE {s}.threads SET observed_through = GREATEST(observed_through, COALESCE("
+    "(SELECT MAX(seq) FROM {s}.messages WHERE thread_id = %s AND seq <= %s), 0)) "
+    "WHERE thread_id = %s AND resource_id = %s"
+)
+"""Advance the thread's all-observed prefix to its last stored row at or below the mark (a mark
+past the last row must not cover rows appended later)."""
+
+
+class PostgresRecords(PostgresConnection):
+    """Records (compare-and-swap), leases and values of a PostgreSQL store."""
+
+    async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT body FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+            row = await cur.fetchone()
+        return OMRecord.model_validate(u.from_jsonb_safe(row["body"])) if row is not None else None
+
+    async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT version, updated_at AT TIME ZONE 'UTC' AS updated_at FROM {s}.records "
+                        "WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+            row = await cur.fetchone()
+        return (int(row["version"]), u.to_utc(row["updated_at"])) if row is not None else None
+
+    async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
+
+        A lease row with an expiry rather than an advisory lock: an advisory lock lives as long as
+        its session, and pooled connections outlive the worker step that took it."""
+        now = time.time()
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.leases (name, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (name) "
+                    "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
+                    "WHERE {s}.leases.expires_at < %s OR {s}.leases.owner = excluded.owner RETURNING owner"
+                ),
+                (name, owner, now + ttl_s, now),
+            )
+            return await cur.fetchone() is not None
+
+    async def arelease_lease(self, name: str, owner: str) -> None:
+        """Give the lease back (a no-op when ``owner`` no longer holds it)."""
+        async with self._tx() as cur:
+            await cur.execute(self._q("DELETE FROM {s}.leases WHERE name = %s AND owner = %s"), (name, owner))
+
+    async def acommit_record(
+        self,
+        record: OMRecord,
+        *,
+        expected_version: int,
+        mark_observed: Mapping[str, int] | None = None,
+    ) -> OMRecord:
+        """Compare-and-swap the record (row lock) and mark messages observed in the same transaction."""
+        record, expected = u.check_record(record, expected_version)
+        marks = u.check_mark_observed(mark_observed)
+        thread_part = u.record_thread(record)
+        key = record_key(record.resource_id, thread_part)
+        now = utcnow()
+        stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
+        body_text = u.record_json(stored)
+        body = jsonb(json.loads(body_text), "record")
+        async with self._tx() as cur:
+            for thread_id in sorted(marks):
+                # the thread's append lock, taken before the record's row lock as adelete_thread
+                # does: no append is half done while observed_through moves past its rows
+                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+            if expected == 0:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.records (key, resource_id, thread_id, scope, version, body, updated_at) "
+                        "VALUES (%s, %s, %s, %s, 1, %s, %s) ON CONFLICT (key) DO NOTHING RETURNING version"
+                    ),
+                    (key, record.resource_id, thread_part, record.scope, body, now),
+                )
+                if await cur.fetchone() is None:
+                    raise RecordConflictError(f"record {key!r} already exists (expected to create it)")
+            else:
+                await cur.execute(
+                    self._q("SELECT version FROM {s}.records WHERE key = %s AND resource_id = %s FOR UPDATE"),
+                    (key, record.resource_id),
+                )
+                row = await cur.fetchone()
+                current = int(row["version"]) if row is not None else 0
+                if current != expected:
+                    raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
+                await cur.execute(
+                    self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
+                    (expected + 1, body, now, key),
+                )
+            for thread_id, seq in sorted(marks.items()):
+                await self._mark_observed(cur, record.resource_id, thread_id, seq, now)
+        return u.record_from_json(body_text)
+
+    async def _mark_observed(self, cur: Cursor, resource_id: str, thread_id: str, seq: int, now: datetime) -> None:
+        """Mark the thread's rows up to ``seq`` observed, touching only those past its
+        ``observed_through`` (every row at or below it is observed already: a flag is never
+        cleared and a new row always takes a higher seq). Runs under the thread's append lock."""
+        await cur.execute(
+            self._q("SELECT observed_through FROM {s}.threads WHERE thread_id = %s AND resource_id = %s"),
+            (thread_id, resource_id),
+        )
+        row = await cur.fetchone()
+        if row is None or int(row["observed_through"]) >= seq:
+            return  # another resource's thread (or none): nothing of this resource to mark
+        await cur.execute(self._q(MARK_OBSERVED_SQL), (now, thread_id, int(row["observed_through"]), seq, resource_id))
+        await cur.execute(self._q(OBSERVED_THROUGH_SQL), (thread_id, seq, thread_id, resource_id))
+
+    async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
+        resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                (record_key(resource_id, thread_id), resource_id),
+            )
+
+    # ---- values -------------------------------------------------------------------------
+
+    async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
+            )
+            row = await cur.fetchone()
+        return u.from_jsonb_safe(row["value"]) if row is not None else None
+
+    async def _lock_value(self, cur: Cursor, slot: tuple[str, str, str]) -> None:
+        """Serialise writers of one value (a missing row has nothing ``FOR UPDATE`` could lock)."""
+        await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("langchain_om.kv\x1f" + "\x1f".join(slot),))
+
+    async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
+        """Read, apply ``update`` and write in one transaction under the value's advisory lock."""
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
+        apply = u.check_update(update)
+        async with self._tx() as cur:
+            await self._lock_value(cur, slot)
+            await cur.execute(
+                self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
+            )
+            row = await cur.fetchone()
+            value = u.json_roundtrip(apply(u.from_jsonb_safe(row["value"]) if row is not None else None), "value")
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+                ),
+                (*slot, jsonb(value, "value"), utcnow()),
+            )
+        return value
+
+    async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
+        slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
+        encoded = jsonb(value, "value")
+        async with self._tx() as cur:
+            await self._lock_value(cur, slot)
+            await cur.execute(
+                self._q(
+                    "INSERT INTO {s}.kv (resource_id, namespace, key, value, updated_at) VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
+                    "value = EXCLUDED.value, updated_at = EXCLUDED.updated_at"
+                ),
+                (*slot, encoded, utcnow()),
+            )
