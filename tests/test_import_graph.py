@@ -121,12 +121,8 @@ def test_extensions_reach_the_engine_only_through_the_host_interface() -> None:
         assert not any(t.startswith(f"{PACKAGE}.engine") for t in reached), (extension, sorted(reached))
 
 
-KNOWN_LONG = {"langchain_om.store.postgres"}
-"""Not split yet (988 lines: one store, its SQL and migrations); the closing note of issue 20 says so."""
-
-
 def test_no_module_is_longer_than_a_sitting() -> None:
     """DESIGN.md: no module over ~600 lines (the engine's are well under it)."""
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > 650}
-    assert set(long) <= KNOWN_LONG, long
+    assert long == {}, long
