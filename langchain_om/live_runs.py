@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 
-from .callbacks import dispatch_events
+from .dispatch import dispatch_events
 from .events import OMEvent
 from .run_steps import run_mark
 

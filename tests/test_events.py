@@ -280,7 +280,7 @@ async def test_events_outside_a_run_skip_langchain_and_inside_a_plain_runnable_r
     callback manager for it; inside a plain runnable (no LangGraph stream) handlers get them."""
     from langchain_core.runnables import RunnableLambda
 
-    import langchain_om.callbacks as callbacks_mod
+    import langchain_om.dispatch as callbacks_mod
 
     calls: list[str] = []
     real = callbacks_mod.adispatch_custom_event
