@@ -28,7 +28,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore

@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.graph import aprocess_at_checkpoint
+from langchain_om.integrations.graph import aprocess_at_checkpoint
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore

@@ -21,12 +21,12 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.graph.message import add_messages
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.messages import dump_message, message_timestamp
+from langchain_om.foundation.messages import dump_message, message_timestamp
+from langchain_om.foundation.tokens import TokenCounter, get_token_counter
 from langchain_om.store.base import NewMessage, ObservationGroup, OMRecord, OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
-from langchain_om.tokens import TokenCounter, get_token_counter
 
 from .common import START, Timer, conversation, turn_messages
 from .strategies import summarization_middleware, summarization_step

@@ -37,13 +37,13 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import RecallInput, _index_text, vector_document_id
+from langchain_om.extensions.recall import RecallInput, _index_text, vector_document_id
+from langchain_om.extensions.vector_index import embedding_space
 from langchain_om.store.base import NewMessage, OMStore, StoredMessage
 from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.search import VectorItem, encode_vector
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
-from langchain_om.vector_index import embedding_space
 
 from .common import Timer, section_main, summary, table
 from .storage import RESOURCE, _drop_schema, _rows, _start_private_pg, _stop_private_pg
@@ -98,7 +98,7 @@ async def time_searches(store: OMStore, embeddings: DeterministicFakeEmbedding, 
     keyword_tool = keyword_om.recall_tool(thread_id="t0", resource_id=RESOURCE)
     semantic_om = _om(store, embeddings)
     semantic_tool = semantic_om.recall_tool(thread_id="t0", resource_id=RESOURCE)
-    from langchain_om.recall import _INDEXES
+    from langchain_om.extensions.recall import _INDEXES
 
     index = _INDEXES[semantic_om]
     out: dict[str, Any] = {}

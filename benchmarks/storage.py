@@ -3,7 +3,7 @@
 Messages (the shared synthetic conversation, serialized like OM stores them) are appended in
 batches of ``--batch`` to ``--threads`` threads of one resource until ``--messages`` are stored.
 Then ``--pages`` recall pages are read at random cursors of one thread, forward and backward,
-with ``langchain_om.recall.RecallTool`` (the agent's tool, low detail, default token budget)
+with ``langchain_om.extensions.recall.RecallTool`` (the agent's tool, low detail, default token budget)
 and, for comparison, with the store's raw paging query (``aget_messages(after_seq, limit=20)``).
 
 PostgreSQL: ``--pg-dsn`` or ``$LANGCHAIN_OM_TEST_PG_DSN``; without either a private throw-away
@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.messages import dump_message, message_timestamp
+from langchain_om.foundation.messages import dump_message, message_timestamp
+from langchain_om.foundation.tokens import get_token_counter
 from langchain_om.store.base import NewMessage, OMRecord, OMStore
 from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
-from langchain_om.tokens import get_token_counter
 
 from .common import START, Timer, conversation, section_main, summary, table
 
@@ -129,7 +129,7 @@ async def bench_sqlite_durability(directory: str, rows: list[NewMessage], commit
 
 
 def _input(cursor: str, page: int) -> Any:
-    from langchain_om.recall import RecallInput
+    from langchain_om.extensions.recall import RecallInput
 
     return RecallInput(cursor=cursor, page=page, limit=20)
 

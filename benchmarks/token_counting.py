@@ -1,7 +1,7 @@
 """Token counting throughput on one corpus: OM's estimator, exact o200k_base, LangChain's approximation.
 
-* ``estimator``: ``langchain_om.tokens.EstimatorCounter`` (no vocabulary);
-* ``tiktoken``: ``TiktokenCounter``, exact o200k_base loaded offline by ``langchain_om.tokens``;
+* ``estimator``: ``langchain_om.foundation.tokens.EstimatorCounter`` (no vocabulary);
+* ``tiktoken``: ``TiktokenCounter``, exact o200k_base loaded offline by ``langchain_om.foundation.tokens``;
 * ``approximate``: ``langchain_core.messages.utils.count_tokens_approximately``.
 OM's counters cache per-part counts on the message, so they are measured twice: cold (fresh
 message copies) and cached (the same messages counted again, which is what every later step pays).
@@ -18,7 +18,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from langchain_om.tokens import CACHE_KEY, EstimatorCounter, TiktokenCounter, TokenCounter
+from langchain_om.foundation.tokens import CACHE_KEY, EstimatorCounter, TiktokenCounter, TokenCounter
 
 from .common import conversation, section_main, table
 

@@ -10,21 +10,21 @@ Everything in ``__all__`` is public API (see DESIGN.md); other modules are inter
 from __future__ import annotations
 
 from . import events
-from .branches import ForeignResourceError
-from .callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
-from .config import FailurePolicyConfig, ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
-from .context import OM_CONTEXT_MESSAGE_ID
 from .engine import ObservationalMemory, OMAborted, OMContext
-from .extractors import Extractor
-from .failures import OMObservationError
-from .graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
-from .history import ObservationalChatMessageHistory
-from .hooks import HookContext, ObserveHooks
-from .middleware import ObservationalMemoryMiddleware
-from .models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
-from .recall import RecallInput, RecallTool
+from .extensions.branches import ForeignResourceError
+from .extensions.extractors import Extractor
+from .extensions.recall import RecallInput, RecallTool
+from .extensions.working_memory import WorkingMemoryExtractor
+from .foundation.config import FailurePolicyConfig, ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
+from .foundation.context import OM_CONTEXT_MESSAGE_ID
+from .foundation.hooks import HookContext, ObserveHooks
+from .integrations.callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
+from .integrations.graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
+from .integrations.history import ObservationalChatMessageHistory
+from .integrations.middleware import ObservationalMemoryMiddleware
+from .model_calls.failures import OMObservationError
+from .model_calls.models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
 from .store import InMemoryStore, OMRecord, OMStore, PostgresStore, SQLiteStore
-from .working_memory import WorkingMemoryExtractor
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m langchain_om`` runs the ``langchain-om`` console script (same commands and exit codes)."""
 
-from .cli import main
+from .cli.commands import main
 
 raise SystemExit(main())

@@ -24,8 +24,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
-from .observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
-from .reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
+from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
+from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
 
 __all__ = [
     "OBSERVER_PROMPT_MARKER",

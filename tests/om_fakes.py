@@ -10,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import Field
 
-from langchain_om.messages import TIMESTAMP_KEY
+from langchain_om.foundation.messages import TIMESTAMP_KEY
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
 
@@ -29,7 +29,7 @@ Date: 2026-11-30 (Monday)
 
 
 def is_reflector_prompt(messages: list[BaseMessage]) -> bool:
-    from langchain_om.reflector import build_reflector_messages
+    from langchain_om.model_calls.reflector import build_reflector_messages
 
     marker = build_reflector_messages("x", instruction=None, level=0, target_tokens=None)[0].content
     return str(messages[0].content)[:80] == str(marker)[:80]

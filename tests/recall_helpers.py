@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.messages import TIMESTAMP_KEY
+from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.store.base import OMStore
 from langchain_om.testing import ScriptedObserverModel
 

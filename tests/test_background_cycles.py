@@ -18,8 +18,8 @@ from langchain_core.messages import BaseMessage
 from om_fakes import OBSERVATION, CallableFake, conversation, observer_or_reflector
 
 from langchain_om import ObservationalMemory
-from langchain_om.buffering import BackgroundTasks
-from langchain_om.failures import remaining_budget, turn_budget
+from langchain_om.engine.tasks import BackgroundTasks
+from langchain_om.model_calls.failures import remaining_budget, turn_budget
 from langchain_om.store.base import OMStore
 from langchain_om.store.memory import InMemoryStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from langchain_om.buffer_handoff import LockLoans
+from langchain_om.engine.buffer_handoff import LockLoans
 
 
 async def test_a_waiting_holder_lends_its_lock_to_the_cycle_it_waits_for() -> None:

@@ -13,8 +13,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from om_fakes import OBSERVATION, START, CallableFake, conversation, is_reflector_prompt, observer_or_reflector
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.events import OMEvent
-from langchain_om.messages import TIMESTAMP_KEY
+from langchain_om.foundation.events import OMEvent
+from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
@@ -344,7 +344,7 @@ async def test_aclose_cancel_leaves_a_consistent_record() -> None:
 def test_provider_change_ignores_snapshot_dates_and_a_missing_provider(reported: str, current: str, same: bool) -> None:
     """Responses report the dated snapshot and sometimes no provider; read as a change, every
     step with buffered chunks would activate them ("provider_change") and defeat buffering."""
-    from langchain_om.messages import same_model
+    from langchain_om.foundation.messages import same_model
 
     assert same_model(reported, current) is same
     assert same_model(current, reported) is same

@@ -12,9 +12,9 @@ from om_fakes import OBSERVATION, REFLECTION, START, CallableFake, conversation,
 from test_buffering import make_om, of
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.events import OMEvent
-from langchain_om.messages import TIMESTAMP_KEY
-from langchain_om.reflector import parse_reflector_output
+from langchain_om.foundation.events import OMEvent
+from langchain_om.foundation.messages import TIMESTAMP_KEY
+from langchain_om.model_calls.reflector import parse_reflector_output
 from langchain_om.store.base import BufferedReflection, ObservationGroup, OMRecord, implicit_resource
 
 GPT = {"model_name": "gpt-4o", "model_provider": "openai"}

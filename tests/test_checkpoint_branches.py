@@ -27,10 +27,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel, Field
 
-from langchain_om.branches import BRANCH_MARK, POSITION_KEY, ForeignResourceError
 from langchain_om.engine import ObservationalMemory
-from langchain_om.graph import add_observational_memory
-from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.extensions.branches import BRANCH_MARK, POSITION_KEY, ForeignResourceError
+from langchain_om.integrations.graph import add_observational_memory
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.base import OMStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
@@ -344,7 +344,7 @@ def test_sync_time_travel(kind: str, tmp_path: Path) -> None:
 async def test_recall_pages_the_branchs_own_history(kind: str, store: OMStore) -> None:
     """On a fork, recall's current thread is the fork's history: the parent's rows up to the fork
     (observed ones included), then the fork's own; the abandoned future stays stored, elsewhere."""
-    from langchain_om.recall import RecallInput
+    from langchain_om.extensions.recall import RecallInput
 
     om = make_om(store, retrieval=True)
     h = build(kind, om, InMemorySaver())
@@ -420,7 +420,7 @@ async def test_deleting_a_thread_deletes_its_branches_and_snapshots(store: OMSto
 
 
 async def test_recall_threads_mode_names_branches(open_store: Any) -> None:
-    from langchain_om.recall import RecallInput
+    from langchain_om.extensions.recall import RecallInput
 
     store = await open_store("memory")
     om = make_om(store, retrieval=True)

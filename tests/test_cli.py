@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from langchain_om.cli import main
-from langchain_om.demo import load_conversation, split_steps
+from langchain_om.cli.commands import main
+from langchain_om.cli.demo import load_conversation, split_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GOOGLE_API_KEY")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["COLUMNS"] = "140"
-    return subprocess.run([sys.executable, "-m", "langchain_om.cli", *args], cwd=cwd, env=env, text=True,
+    return subprocess.run([sys.executable, "-m", "langchain_om.cli.commands", *args], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=120, check=False)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_om.cli import main
+from langchain_om.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[1]
 LME_DATA = ROOT / "tests" / "data" / "longmemeval_mini.json"

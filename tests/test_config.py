@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from langchain_om.config import (
+from langchain_om.foundation.config import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     ObservationConfig,
     OMConfig,

@@ -23,12 +23,12 @@ from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import Field
 
 from langchain_om import ObservationalMemory
-from langchain_om.graph import add_observational_memory
-from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.foundation.tokens import get_token_counter
+from langchain_om.integrations.graph import add_observational_memory
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.base import OMStore
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
-from langchain_om.tokens import get_token_counter
 
 BIG_RESULT = "RESULT-START " + " ".join(f"row{i}=value{i}" for i in range(250)) + " RESULT-END"
 

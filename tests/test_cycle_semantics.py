@@ -14,7 +14,7 @@ from om_fakes import OBSERVATION, CallableFake, conversation, is_reflector_promp
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.engine.planner import buffer_boundaries
-from langchain_om.events import OMEvent
+from langchain_om.foundation.events import OMEvent
 from langchain_om.store.memory import InMemoryStore
 
 TITLED = OBSERVATION + "\n<thread-title>Cat food for Miso</thread-title>"

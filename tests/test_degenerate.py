@@ -9,8 +9,8 @@ from datetime import date, timedelta
 import pytest
 from om_fakes import OBSERVATION, REFLECTION
 
-from langchain_om import degenerate
-from langchain_om.degenerate import degeneracy
+from langchain_om.model_calls import degenerate
+from langchain_om.model_calls.degenerate import degeneracy
 from langchain_om.testing import LOOPING_LINE, ScriptedObserverModel, condense_log, looping_reply
 
 _TOPICS = [

@@ -11,14 +11,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from om_fakes import conversation
 
 from langchain_om import ObservationalMemory, OMModelError
-from langchain_om.events import OMEvent
-from langchain_om.failures import OMObservationError
-from langchain_om.observer import OBSERVER_PROMPT_MARKER
-from langchain_om.reflector import is_compressed
-from langchain_om.replies import DegenerateReplyError, acall_observer, acall_reflector
+from langchain_om.foundation.events import OMEvent
+from langchain_om.foundation.tokens import get_token_counter
+from langchain_om.model_calls.failures import OMObservationError
+from langchain_om.model_calls.observer import OBSERVER_PROMPT_MARKER
+from langchain_om.model_calls.reflector import is_compressed
+from langchain_om.model_calls.replies import DegenerateReplyError, acall_observer, acall_reflector
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import LOOPING_LINE, ScriptedLoopingModel, ScriptedObserverModel, looping_reply
-from langchain_om.tokens import get_token_counter
 
 _LOOP_MARK = "weather in Paris"  # a piece of LOOPING_LINE that no real observation here holds
 

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from rich.console import Console
 
-from langchain_om.demo import (
+from langchain_om.cli.demo import (
     SCRIPTED_NOTICE,
     DemoDataError,
     arun_demo,
@@ -21,7 +21,7 @@ from langchain_om.demo import (
     load_conversation,
     split_steps,
 )
-from langchain_om.messages import message_timestamp
+from langchain_om.foundation.messages import message_timestamp
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.sqlite import SQLiteStore
 

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import BaseMessage
 from om_fakes import CallableFake
 
-from langchain_om.cli import main
+from langchain_om.cli.commands import main
 
 _REQUEST = httpx.Request("POST", "https://api.openai.com/v1/chat/completions")
 

@@ -15,9 +15,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from om_fakes import OBSERVATION, REFLECTION, CallableFake, conversation, is_reflector_prompt
 from pydantic import Field
 
-from langchain_om.config import OMConfigError
-from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
+from langchain_om.foundation.config import OMConfigError
+from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.store.base import OMRecord, OMStore, RecordConflictError, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore

@@ -10,9 +10,9 @@ from langchain_core.messages import BaseMessage
 from om_fakes import OBSERVATION, CallableFake, conversation, is_reflector_prompt
 
 from langchain_om.engine import ObservationalMemory
+from langchain_om.foundation.tokens import EstimatorCounter, TiktokenCounter, load_o200k_encoding
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
-from langchain_om.tokens import EstimatorCounter, TiktokenCounter, load_o200k_encoding
 
 
 def make_om(model: Any, **overrides: Any) -> ObservationalMemory:

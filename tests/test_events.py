@@ -15,9 +15,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from rich.console import Console
 
-from langchain_om.callbacks import OMConsoleHandler, OMEventHandler
 from langchain_om.engine import ObservationalMemory
-from langchain_om.events import (
+from langchain_om.foundation.events import (
     EVENT_TYPES,
     ActivationData,
     ActivationEvent,
@@ -48,7 +47,8 @@ from langchain_om.events import (
     WindowUsage,
     parse_event,
 )
-from langchain_om.graph import add_observational_memory
+from langchain_om.integrations.callbacks import OMConsoleHandler, OMEventHandler
+from langchain_om.integrations.graph import add_observational_memory
 from langchain_om.store.base import OMStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedChatModel, ScriptedObserverModel
 
@@ -280,7 +280,7 @@ async def test_events_outside_a_run_skip_langchain_and_inside_a_plain_runnable_r
     callback manager for it; inside a plain runnable (no LangGraph stream) handlers get them."""
     from langchain_core.runnables import RunnableLambda
 
-    import langchain_om.dispatch as callbacks_mod
+    import langchain_om.foundation.dispatch as callbacks_mod
 
     calls: list[str] = []
     real = callbacks_mod.adispatch_custom_event

@@ -17,8 +17,8 @@ from om_fakes import conversation
 from typing_extensions import TypedDict
 
 from langchain_om import ObservationalMemory, ObservationalMemoryMiddleware
-from langchain_om.extractors import Extractor
-from langchain_om.graph import add_observational_memory
+from langchain_om.extensions.extractors import Extractor
+from langchain_om.integrations.graph import add_observational_memory
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 

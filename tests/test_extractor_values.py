@@ -12,7 +12,7 @@ import pytest
 from om_recording import RecordingModel, observer_reply
 from test_extractors import end_event, make_om, observe_once
 
-from langchain_om.extractors import Extractor
+from langchain_om.extensions.extractors import Extractor
 from langchain_om.store.base import OMStore
 
 

@@ -10,10 +10,10 @@ from om_fakes import conversation
 from om_recording import RecordingModel, observer_reply
 from pydantic import BaseModel
 
-from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory, OMContext
-from langchain_om.events import OMEvent
-from langchain_om.extractors import Extractor, slugify
+from langchain_om.extensions.extractors import Extractor, slugify
+from langchain_om.foundation.config import OMConfigError
+from langchain_om.foundation.events import OMEvent
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 

@@ -18,9 +18,9 @@ from om_fakes import OBSERVATION, CallableFake, conversation, observer_or_reflec
 from pydantic import Field
 
 from langchain_om import ObservationalMemory
-from langchain_om.config import OMConfigError
-from langchain_om.events import ObservationFailedEvent
-from langchain_om.failures import OMObservationError, backoff_delay, classify_error
+from langchain_om.foundation.config import OMConfigError
+from langchain_om.foundation.events import ObservationFailedEvent
+from langchain_om.model_calls.failures import OMObservationError, backoff_delay, classify_error
 from langchain_om.store.memory import InMemoryStore
 
 _REQUEST = httpx.Request("POST", "https://api.openai.com/v1/chat/completions")
@@ -206,7 +206,7 @@ async def test_retries_are_bounded_by_max_retries() -> None:
 
 
 async def test_a_permanent_error_is_not_retried_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    from langchain_om.failures import FAILURE_LOG
+    from langchain_om.model_calls.failures import FAILURE_LOG
 
     FAILURE_LOG.reset()  # reported once per process: start from a process that has seen nothing
     model = AlwaysFailing(error=unauthorized)
@@ -375,7 +375,7 @@ async def test_a_huge_tool_result_is_truncated_for_the_observer_but_counted_in_f
 
 
 async def test_spend_totals_are_kept_per_thread_and_per_process() -> None:
-    from langchain_om.spend import process_spend, reset_process_spend
+    from langchain_om.model_calls.spend import process_spend, reset_process_spend
 
     reset_process_spend()
     model = WithUsage(errors=[rate_limited])
@@ -397,7 +397,7 @@ async def test_spend_totals_are_kept_per_thread_and_per_process() -> None:
 async def test_the_default_model_without_a_key_fails_on_its_first_call_and_is_reported_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from langchain_om.failures import FAILURE_LOG
+    from langchain_om.model_calls.failures import FAILURE_LOG
 
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)

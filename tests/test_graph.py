@@ -19,10 +19,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 
-from langchain_om.callbacks import OMEventHandler, SyncOMEventHandler
-from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory, OMAborted
-from langchain_om.graph import (
+from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
+from langchain_om.integrations.callbacks import OMEventHandler, SyncOMEventHandler
+from langchain_om.integrations.graph import (
     OM_NODES,
     TRIPWIRE_KEY,
     add_observational_memory,
@@ -30,7 +30,7 @@ from langchain_om.graph import (
     om_pre_model_hook,
     om_tools,
 )
-from langchain_om.models import ModelByInputTokens
+from langchain_om.model_calls.models import ModelByInputTokens
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.postgres import PostgresStore

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from langchain_om.context import OM_CONTEXT_MESSAGE_ID
+from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.store.base import OMStore
 from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.sqlite import SQLiteStore

@@ -24,9 +24,9 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.history import ObservationalChatMessageHistory
+from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
+from langchain_om.integrations.history import ObservationalChatMessageHistory
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
@@ -200,7 +200,7 @@ async def test_runnable_with_message_history_60_turns(store: OMStore) -> None:
 
 async def test_an_aborted_step_raises_instead_of_returning_an_over_budget_history() -> None:
     from langchain_om.engine import OMAborted
-    from langchain_om.models import ModelByInputTokens
+    from langchain_om.model_calls.models import ModelByInputTokens
 
     om = make_om(InMemoryStore(), model=ModelByInputTokens(up_to={50: ScriptedObserverModel()}),
                  observation={"message_tokens": 200, "buffer_tokens": False})

@@ -10,9 +10,9 @@ from langchain_core.messages import BaseMessage
 from om_fakes import conversation
 from om_recording import RecordingModel, observer_reply
 
-from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory
-from langchain_om.hooks import HookContext, ObserveHooks
+from langchain_om.foundation.config import OMConfigError
+from langchain_om.foundation.hooks import HookContext, ObserveHooks
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 

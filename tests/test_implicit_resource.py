@@ -24,9 +24,9 @@ from langgraph.graph.message import add_messages
 from om_fakes import conversation
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.graph import add_observational_memory
-from langchain_om.history import ObservationalChatMessageHistory
-from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.integrations.graph import add_observational_memory
+from langchain_om.integrations.history import ObservationalChatMessageHistory
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, InvalidStoreInput, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore

@@ -113,12 +113,54 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert cycles(graph) == [["a", "b", "c"]]
 
 
+LAYER_RANK = {
+    "store": 0,
+    "foundation": 1,
+    "model_calls": 2,
+    "extensions": 3,
+    "engine": 4,
+    "integrations": 5,
+}
+"""DESIGN.md's layers, bottom up: a module may import its own layer and those below it. The package
+root (public API, import-path shims, ``testing``), ``cli`` and ``eval`` sit on top of everything."""
+TOP = 6
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    parts = module.split(".")
+    folder = parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYER_RANK) else "(root)"
+    return folder, LAYER_RANK.get(folder, TOP)
+
+
+def test_the_folders_are_the_layers_and_nothing_reaches_upward() -> None:
+    graph = import_graph()
+    folders = {layer_of(name)[0] for name in graph}
+    assert set(LAYER_RANK) <= folders, "every layer of DESIGN.md is a folder of the package"
+    upward = sorted(
+        (name, target)
+        for name, targets in graph.items()
+        for target in targets
+        if layer_of(target)[1] > layer_of(name)[1]
+    )
+    assert upward == [], upward
+
+
 def test_extensions_reach_the_engine_only_through_the_host_interface() -> None:
     graph = import_graph()
-    for extension in ("recall", "working_memory", "temporal", "extractors", "branches", "backlog",
-                      "failure_policy", "turns", "window"):
-        reached = graph[f"{PACKAGE}.{extension}"]
-        assert not any(t.startswith(f"{PACKAGE}.engine") for t in reached), (extension, sorted(reached))
+    extensions = [name for name in graph if name.startswith(f"{PACKAGE}.extensions")]
+    assert len(extensions) > 10, extensions
+    for name in extensions:
+        assert not any(t.startswith(f"{PACKAGE}.engine") for t in graph[name]), (name, sorted(graph[name]))
+    assert any(f"{PACKAGE}.extensions.host" in graph[name] for name in extensions)
+
+
+def test_the_root_holds_only_the_public_surface() -> None:
+    """The flat layout's paths users imported stay as one-line re-exports; nothing else lives there."""
+    root = sorted(p.stem for p in ROOT.glob("*.py"))
+    assert root == ["__init__", "__main__", "callbacks", "config", "events", "graph", "history", "middleware",
+                    "testing", "ui"]
+    for stem in set(root) - {"__init__", "__main__", "testing"}:
+        assert len((ROOT / f"{stem}.py").read_text(encoding="utf-8").splitlines()) <= 8, stem
 
 
 def test_no_module_is_longer_than_a_sitting() -> None:

@@ -159,8 +159,8 @@ async def test_example_under_langgraph_dev_with_postgres(tmp_path: Path) -> None
 def test_a_blank_user_id_from_the_langgraph_server_is_no_resource() -> None:
     """Without auth the LangGraph server sets ``configurable.user_id`` to "": OM must read that as
     "no resource" (the thread's private one), not fail the run on an empty resource id."""
-    from langchain_om.graph import ids_from_config
-    from langchain_om.run_ids import ids_from_run_config
+    from langchain_om.foundation.run_ids import ids_from_run_config
+    from langchain_om.integrations.graph import ids_from_config
 
     assert ids_from_config({"configurable": {"thread_id": "t", "user_id": ""}}) == ("t", None)
     assert ids_from_run_config({"configurable": {"thread_id": "t", "user_id": "  "}}) == ("t", None)

@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 from om_fakes import CallableFake, conversation, observer_or_reflector
 
 from langchain_om import ObservationalMemory
-from langchain_om.leases import _release, _try, lease_name
+from langchain_om.engine.leases import _release, _try, lease_name
 from langchain_om.store.base import OMStore, record_key
 
 
@@ -100,7 +100,7 @@ def test_the_spend_benchmark_runs_and_two_processes_send_each_turn_once(tmp_path
 
 
 async def test_a_live_holder_keeps_its_lease_past_the_ttl(tmp_path: Any) -> None:
-    from langchain_om.leases import wait_for_lease
+    from langchain_om.engine.leases import wait_for_lease
     from langchain_om.store.sqlite import SQLiteStore
 
     store = SQLiteStore(tmp_path / "om.db")
@@ -119,7 +119,7 @@ async def test_a_cancel_that_lands_while_a_lease_stops_its_heartbeat_is_not_swal
     block cancels the heartbeat and waits for it; a cancel of the holder landing in that wait was
     delivered through the heartbeat and swallowed as if it were the heartbeat's own, so the holder
     went on into an Observer call that never answered."""
-    from langchain_om.leases import try_lease, wait_for_lease
+    from langchain_om.engine.leases import try_lease, wait_for_lease
 
     store = object()  # no lease methods: the in-process lease, which takes and releases without awaiting
     name = lease_name(f"r1:{how}", "buffer")

@@ -24,10 +24,10 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
 from langchain_om import ObservationalMemory
-from langchain_om.callbacks import OMEventHandler, SyncOMEventHandler
-from langchain_om.events import OMEvent
-from langchain_om.graph import add_observational_memory
-from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.foundation.events import OMEvent
+from langchain_om.integrations.callbacks import OMEventHandler, SyncOMEventHandler
+from langchain_om.integrations.graph import add_observational_memory
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 

@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import RunControl, Runtime
 
-from langchain_om.events import BufferingStartData, BufferingStartEvent, OMEvent
-from langchain_om.live_runs import LiveRuns, closed_at_turn_end, run_token
+from langchain_om.engine.live_runs import LiveRuns, closed_at_turn_end, run_token
+from langchain_om.foundation.events import BufferingStartData, BufferingStartEvent, OMEvent
 
 
 class FakeRun:

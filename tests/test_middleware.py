@@ -13,11 +13,16 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langchain_om.callbacks import OMEventHandler, SyncOMEventHandler
-from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.middleware import TRIPWIRE_KEY, ObservationalMemoryMiddleware, merge_system_messages, model_id
-from langchain_om.models import ModelByInputTokens
+from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
+from langchain_om.integrations.callbacks import OMEventHandler, SyncOMEventHandler
+from langchain_om.integrations.middleware import (
+    TRIPWIRE_KEY,
+    ObservationalMemoryMiddleware,
+    merge_system_messages,
+    model_id,
+)
+from langchain_om.model_calls.models import ModelByInputTokens
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel

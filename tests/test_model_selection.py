@@ -10,7 +10,7 @@ from om_fakes import conversation
 from om_recording import RecordingModel, observer_reply
 
 from langchain_om.engine import ObservationalMemory, OMContext
-from langchain_om.models import ModelByInputTokens, ModelSelectionError
+from langchain_om.model_calls.models import ModelByInputTokens, ModelSelectionError
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
@@ -185,7 +185,7 @@ def created_models(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str,
     """Replaces LangChain's provider factory (there is no network here) and records what OM asked for."""
     import langchain.chat_models
 
-    from langchain_om import models
+    from langchain_om.model_calls import models
 
     created: list[tuple[str, dict[str, Any], RecordingModel]] = []
 

@@ -13,9 +13,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import BaseModel
 
-from langchain_om import models
-from langchain_om.config import DEFAULT_MODEL, ModelSettings
-from langchain_om.models import (
+from langchain_om.foundation.config import DEFAULT_MODEL, ModelSettings
+from langchain_om.model_calls import models
+from langchain_om.model_calls.models import (
     ModelByInputTokens,
     ModelSelectionError,
     ModelWithRetries,
@@ -26,7 +26,7 @@ from langchain_om.models import (
     normalize_model_string,
     resolve_chat_model,
 )
-from langchain_om.om_calls import acall_om_model
+from langchain_om.model_calls.om_calls import acall_om_model
 from langchain_om.testing import ScriptedAgentModel, ScriptedChatModel
 
 PROMPT: list[BaseMessage] = [SystemMessage("be brief"), HumanMessage("hello")]

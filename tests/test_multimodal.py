@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from recall_helpers import T0, stamped
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.observer import OBSERVER_PROMPT_MARKER
+from langchain_om.model_calls.observer import OBSERVER_PROMPT_MARKER
 from langchain_om.store import InMemoryStore
 from langchain_om.testing import ScriptedChatModel
 

@@ -10,11 +10,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_om import ObservationalChatMessageHistory, ObservationalMemory, OMConfigError
-from langchain_om.messages import TIMESTAMP_KEY
-from langchain_om.oversize import SAMPLED_COUNT_CHARS, sampled_count
+from langchain_om.foundation.messages import TIMESTAMP_KEY
+from langchain_om.foundation.oversize import SAMPLED_COUNT_CHARS, sampled_count
+from langchain_om.foundation.tokens import CACHE_KEY, EstimatorCounter, get_token_counter
 from langchain_om.store import InMemoryStore, implicit_resource
 from langchain_om.testing import ScriptedObserverModel
-from langchain_om.tokens import CACHE_KEY, EstimatorCounter, get_token_counter
 
 
 @pytest.mark.parametrize("options", [

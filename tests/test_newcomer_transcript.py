@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from langchain_om.cli_hints import LAUNCHER_ENV, cli_prefix
-from langchain_om.demo import SCRIPTED_NOTICE, load_conversation, merge_repeated_dates, run_demo
+from langchain_om.cli.demo import SCRIPTED_NOTICE, load_conversation, merge_repeated_dates, run_demo
+from langchain_om.cli.hints import LAUNCHER_ENV, cli_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
 LME_DATA = ROOT / "tests" / "data" / "longmemeval_mini.json"

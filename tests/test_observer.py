@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage, message_to_dict
 
-from langchain_om.messages import TIMESTAMP_KEY
-from langchain_om.observer import (
+from langchain_om.foundation.messages import TIMESTAMP_KEY
+from langchain_om.model_calls.observer import (
     OBSERVER_PROMPT_MARKER,
     ObserverOutputError,
     Transcript,

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from langchain_om.config import OMConfig
 from langchain_om.engine import planner
+from langchain_om.foundation.config import OMConfig
+from langchain_om.foundation.window import Window
 from langchain_om.store.base import BufferedChunk, BufferedReflection, ObservationGroup, OMRecord, StoredMessage
-from langchain_om.window import Window
 
 T0 = datetime(2026, 12, 4, tzinfo=timezone.utc)
 _DATA = {

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from langchain_om.config import OMConfig, ratio_tokens
 from langchain_om.engine.planner import retention_floor
+from langchain_om.foundation.config import OMConfig, ratio_tokens
 
 Reader = Callable[[OMConfig], int]
 

@@ -15,13 +15,13 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.unit_tests import ToolsUnitTests
 from recall_helpers import T0, chat, make_om, result_dict, seed, tool_exchange
 
-from langchain_om.config import OMConfigError, RetrievalConfig
-from langchain_om.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import RRF_K, RecallInput, RecallTool, install_retrieval, retrieval_instructions
+from langchain_om.extensions.recall import RRF_K, RecallInput, RecallTool, install_retrieval, retrieval_instructions
+from langchain_om.extensions.vector_index import embedding_space
+from langchain_om.foundation.config import OMConfigError, RetrievalConfig
+from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
 from langchain_om.store import InMemoryStore
 from langchain_om.testing import ScriptedObserverModel
-from langchain_om.vector_index import embedding_space
 
 
 class TestRecallToolStandard(ToolsUnitTests):

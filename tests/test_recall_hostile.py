@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from recall_helpers import T0, chat, make_om, seed, stamped
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import RecallTool
+from langchain_om.extensions.recall import RecallTool
 from langchain_om.store.base import OMStore
 
 SECRET = "VICTIM-SECRET-7731"

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from recall_helpers import chat, make_om, result_dict, seed
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import RecallTool
+from langchain_om.extensions.recall import RecallTool
 from langchain_om.store import InMemoryStore, SQLiteStore
 
 MAX_LENGTH = 45

@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from recall_helpers import T0, make_om, result_dict, seed, stamped
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.recall import fuse_rankings, retrieval_instructions
+from langchain_om.extensions.recall import fuse_rankings, retrieval_instructions
 from langchain_om.store import OMStore, PostgresStore, SQLiteStore, sqlite_schema
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from langchain_om.reflector import (
+from langchain_om.model_calls.reflector import (
     MAX_COMPRESSION_LEVEL,
     REFLECTOR_PROMPT_MARKER,
     ReflectorOutputError,

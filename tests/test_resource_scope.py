@@ -12,10 +12,10 @@ import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 from recall_helpers import T0, chat, tool_exchange
 
-from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory
 from langchain_om.engine.resource_scope import split_by_thread
-from langchain_om.observer import OBSERVER_PROMPT_MARKER
+from langchain_om.foundation.config import OMConfigError
+from langchain_om.model_calls.observer import OBSERVER_PROMPT_MARKER
 from langchain_om.store import InMemoryStore
 from langchain_om.store.base import OMRecord
 from langchain_om.testing import ScriptedObserverModel

@@ -21,9 +21,9 @@ from langgraph.runtime import RunControl, Runtime
 from typing_extensions import TypedDict
 
 from langchain_om import ObservationalMemory, ObservationalMemoryMiddleware
-from langchain_om.events import OMEvent
-from langchain_om.graph import add_observational_memory
-from langchain_om.run_steps import RunMark, RunSteps, run_mark
+from langchain_om.foundation.events import OMEvent
+from langchain_om.foundation.run_steps import RunMark, RunSteps, run_mark
+from langchain_om.integrations.graph import add_observational_memory
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 

@@ -25,7 +25,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from om_fakes import conversation
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.history import ObservationalChatMessageHistory
+from langchain_om.integrations.history import ObservationalChatMessageHistory
 from langchain_om.store import InMemoryStore, PostgresStore, SQLiteStore
 from langchain_om.store.base import OMStore
 from langchain_om.testing import ScriptedObserverModel

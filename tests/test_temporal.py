@@ -9,11 +9,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from recall_helpers import T0, stamped
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.events import TemporalMarkerEvent
-from langchain_om.observer import OBSERVER_PROMPT_MARKER
+from langchain_om.extensions.temporal import describe_gap, format_moment, marker_text
+from langchain_om.foundation.events import TemporalMarkerEvent
+from langchain_om.model_calls.observer import OBSERVER_PROMPT_MARKER
 from langchain_om.store import InMemoryStore
 from langchain_om.store.base import implicit_resource
-from langchain_om.temporal import describe_gap, format_moment, marker_text
 from langchain_om.testing import ScriptedObserverModel
 
 

@@ -10,7 +10,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.messages import TIMESTAMP_KEY
+from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel

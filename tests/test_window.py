@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from langchain_om.foundation.window import Window
 from langchain_om.store.base import StoredMessage
-from langchain_om.window import Window
 
 _MOMENT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -10,12 +10,12 @@ from om_fakes import conversation
 from om_recording import RecordingModel, observer_reply
 from pydantic import BaseModel, Field
 
-from langchain_om.config import OMConfigError
 from langchain_om.engine import ObservationalMemory, OMContext
-from langchain_om.extractors import Extractor
+from langchain_om.extensions.extractors import Extractor
+from langchain_om.extensions.working_memory import NAMESPACE, TOOL_NAME, WorkingMemoryExtractor
+from langchain_om.foundation.config import OMConfigError
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
-from langchain_om.working_memory import NAMESPACE, TOOL_NAME, WorkingMemoryExtractor
 
 
 class Person(BaseModel):

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..buffering import idle_ttl_ms, ms_between
-from ..events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
-from ..messages import model_identity, same_model
+from ..foundation.events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
+from ..foundation.messages import model_identity, same_model
+from ..foundation.turns import pin_message, pinned_row
+from ..foundation.window import Window
 from ..store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, new_id
-from ..turns import pin_message, pinned_row
-from ..window import Window
 from . import planner
 from .core import EngineCore
 from .model_runs import apply_hints
 from .state import StepState
+from .tasks import idle_ttl_ms, ms_between
 from .titles import aapply_title
 
 

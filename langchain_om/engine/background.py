@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..leases import is_free, lease_name, try_lease
-from ..spend import add_to_record as add_spend
+from ..foundation.turns import kind_of_row, safe_cut_before
+from ..foundation.window import Window
+from ..model_calls.spend import add_to_record as add_spend
 from ..store.base import BufferedChunk, OMRecord, StoredMessage, total_tokens
-from ..turns import kind_of_row, safe_cut_before
-from ..window import Window
 from . import planner
 from .core import EngineCore
+from .leases import is_free, lease_name, try_lease
 from .model_runs import arun_observer
 from .reflection import abuffer_reflection
 from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState
@@ -113,7 +113,7 @@ async def _stage_chunk(core: EngineCore, step: StepState, chosen: Sequence[Store
         if core.extraction_pipeline is not None:
             # custom values are persisted when buffered (the buffering-end event reports them as
             # stored); only the continuation hints wait for the chunk's activation
-            from ..extractors import BUILTIN_SLUGS
+            from ..extensions.extractors import BUILTIN_SLUGS
 
             custom = {k: v for k, v in result.extracted.items() if k not in BUILTIN_SLUGS}
             core.extraction_pipeline.persist(updated, custom)

@@ -4,7 +4,7 @@ a stored row as a LangChain message).
 
 ``ObservationalMemory`` is this runtime plus the public methods (``facade``); the step and cycle
 modules are functions over it. Extensions (recall, working memory, temporal markers, extractors,
-branches) see it only through ``langchain_om.host.MemoryHost``.
+branches) see it only through ``langchain_om.extensions.host.MemoryHost``.
 
 In-process caches, each bounded (README, "In-process caches"): per thread (``cache_limit``
 threads, least recently used first out) the ids stored, the caller's last list, the thread's
@@ -26,18 +26,18 @@ from typing import Any, Literal, TypeVar
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from .._loop import LoopThread
-from ..branches import branch_root
-from ..buffer_handoff import LockLoans
-from ..buffering import BackgroundTasks
-from ..config import OMConfig, OMConfigError
-from ..credentials import check_model_strings
-from ..events import OMEvent
-from ..hooks import ObserveHooks
-from ..inputs import KnownMessage
-from ..live_runs import LiveRuns
-from ..messages import load_message
-from ..run_steps import RunSteps
+from ..extensions.branches import branch_root
+from ..foundation._loop import LoopThread
+from ..foundation.config import OMConfig, OMConfigError
+from ..foundation.events import OMEvent
+from ..foundation.hooks import ObserveHooks
+from ..foundation.inputs import KnownMessage
+from ..foundation.messages import load_message
+from ..foundation.run_steps import RunSteps
+from ..foundation.tokens import TokenCounter, get_token_counter
+from ..foundation.window import Window
+from ..model_calls.credentials import check_model_strings
+from ..model_calls.transcript import thread_label
 from ..store.base import (
     NewMessage,
     OMRecord,
@@ -52,10 +52,10 @@ from ..store.base import (
     record_key,
     utcnow,
 )
-from ..tokens import TokenCounter, get_token_counter
-from ..transcript import thread_label
-from ..window import Window
+from .buffer_handoff import LockLoans
+from .live_runs import LiveRuns
 from .state import lru_put
+from .tasks import BackgroundTasks
 
 logger = logging.getLogger("langchain_om")
 
@@ -147,11 +147,11 @@ class EngineCore:
         self.section_providers: list[SectionProvider] = []
         self.message_listeners: list[MessageListener] = []
         if self.config.retrieval is not None:
-            from ..recall import install_retrieval
+            from ..extensions.recall import install_retrieval
 
             install_retrieval(self)
-        from ..extractors import ExtractionPipeline
-        from ..working_memory import WorkingMemory
+        from ..extensions.extractors import ExtractionPipeline
+        from ..extensions.working_memory import WorkingMemory
 
         self.working_memory: WorkingMemory | None = WorkingMemory.from_option(self, working_memory)
         """Working memory (``working_memory=`` option / ``observation.manage_working_memory``), or None."""
@@ -228,7 +228,7 @@ class EngineCore:
                              parsed: dict[str, BaseMessage] | None = None) -> None:
         """A thread created with exactly ``rows`` (a fork): its known ids, and parsed copies when
         the caller has them, so its first step neither looks ids up nor parses again."""
-        from ..inputs import known_from_rows
+        from ..foundation.inputs import known_from_rows
 
         key = record_key(resource_id, thread_id)
         self._known_ids[key] = known_from_rows(rows)
@@ -379,7 +379,7 @@ class EngineCore:
         """Extension point before rows are written (temporal markers insert rows here)."""
         if not self.config.temporal_markers:
             return rows
-        from ..temporal import insert_temporal_markers
+        from ..extensions.temporal import insert_temporal_markers
 
         return await insert_temporal_markers(self, resource_id, thread_id, rows)
 

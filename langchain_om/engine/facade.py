@@ -14,8 +14,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from ..branches import adelete_branches
-from ..events import StatusData
+from ..extensions.branches import adelete_branches
+from ..foundation.events import StatusData
 from ..store.base import OMRecord, record_key
 from .core import EngineCore
 from .observation import aobserve_manual
@@ -118,7 +118,7 @@ class ObservationalMemory(EngineCore):
     def recall_tool(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
         """The ``recall`` tool (needs ``retrieval``). Without ids it reads ``thread_id`` /
         ``resource_id`` from ``config["configurable"]`` at call time, so one tool serves every thread."""
-        from ..recall import make_recall_tool
+        from ..extensions.recall import make_recall_tool
 
         return make_recall_tool(self, thread_id=thread_id, resource_id=resource_id)
 

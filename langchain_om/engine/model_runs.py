@@ -14,10 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .. import failure_policy
-from .. import observer as observer_mod
-from .. import reflector as reflector_mod
-from ..events import (
+from ..foundation.events import (
     BufferingEndData,
     BufferingEndEvent,
     BufferingFailedData,
@@ -35,9 +32,12 @@ from ..events import (
     OMEvent,
     iso_now,
 )
-from ..hooks import HookContext, Trigger
-from ..models import ModelSelectionError, OMModelError, model_supports_images
-from ..replies import acall_observer, acall_reflector
+from ..foundation.hooks import HookContext, Trigger
+from ..model_calls import failure_policy
+from ..model_calls import observer as observer_mod
+from ..model_calls import reflector as reflector_mod
+from ..model_calls.models import ModelSelectionError, OMModelError, model_supports_images
+from ..model_calls.replies import acall_observer, acall_reflector
 from ..store.base import OMRecord, StoredMessage, new_id, total_tokens
 from .core import EngineCore
 from .state import CycleResult, OMAborted, StepState

@@ -11,17 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from ..backlog import split_backlog
-from ..failures import remaining_budget
-from ..hooks import Trigger
-from ..leases import lease_name, wait_for_lease, wait_until_free
-from ..spend import add_to_record as add_spend
+from ..foundation.hooks import Trigger
+from ..foundation.turns import pin_message, pinned_row, safe_cut_before
+from ..foundation.window import Window
+from ..model_calls.failures import remaining_budget
+from ..model_calls.spend import add_to_record as add_spend
 from ..store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, utcnow
-from ..turns import pin_message, pinned_row, safe_cut_before
-from ..window import Window
 from . import planner
 from .activation import aactivate_chunks
+from .backlog import split_backlog
 from .core import EngineCore
+from .leases import lease_name, wait_for_lease, wait_until_free
 from .model_runs import apply_hints, arun_observer
 from .state import MAX_COMMIT_RETRIES, CycleResult, StepState
 from .titles import aapply_title

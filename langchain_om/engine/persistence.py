@@ -14,8 +14,8 @@ from datetime import datetime
 
 from langchain_core.messages import BaseMessage
 
-from ..inputs import Instructions, KnownMessage, edit_row, known_from_rows, message_fingerprint, sort_inputs
-from ..messages import dump_message, ensure_id, message_timestamp
+from ..foundation.inputs import Instructions, KnownMessage, edit_row, known_from_rows, message_fingerprint, sort_inputs
+from ..foundation.messages import dump_message, ensure_id, message_timestamp
 from ..store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id, record_key
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put

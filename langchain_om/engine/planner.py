@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from ..config import OMConfig
+from ..foundation.config import OMConfig
+from ..foundation.turns import Kind, pinned_index, removable_prefix, sync_cut
+from ..foundation.window import Window
 from ..store.base import BufferedChunk, OMRecord
-from ..turns import Kind, pinned_index, removable_prefix, sync_cut
-from ..window import Window
 
 ActivationTrigger = Literal["threshold", "ttl", "provider_change"]
 

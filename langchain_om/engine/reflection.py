@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
-from ..hooks import Trigger
-from ..spend import add_to_record as add_spend
+from ..foundation.events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
+from ..foundation.hooks import Trigger
+from ..model_calls.spend import add_to_record as add_spend
 from ..store.base import BufferedReflection, ObservationGroup, OMRecord, RecordConflictError, new_id, utcnow
 from . import planner
 from .activation import reflection_signals
@@ -135,7 +135,7 @@ async def abuffer_reflection(core: EngineCore, step: StepState, group_ids: list[
         updated = record.model_copy(deep=True)
         extracted = dict(result.extracted)
         if core.extraction_pipeline is not None:
-            from ..extractors import BUILTIN_SLUGS
+            from ..extensions.extractors import BUILTIN_SLUGS
 
             core.extraction_pipeline.persist(updated, {k: v for k, v in extracted.items() if k not in BUILTIN_SLUGS})
             extracted = {k: v for k, v in extracted.items() if k in BUILTIN_SLUGS}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from langchain_core.messages import BaseMessage
 
-from ..context import context_message, render_context
-from ..events import StatusData
-from ..inputs import Instructions, is_edit_message
+from ..foundation.context import context_message, render_context
+from ..foundation.events import StatusData
+from ..foundation.inputs import Instructions, is_edit_message
+from ..foundation.window import Window
 from ..store.base import OMRecord, StoredMessage, record_key
-from ..window import Window
 from .core import EngineCore
 from .state import OMContext, lru_put
 

@@ -33,13 +33,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..backlog import Slice, split_thread
-from ..hooks import Trigger
-from ..spend import add_to_record
+from ..foundation.hooks import Trigger
+from ..foundation.turns import other_thread_cut, pin_message, pinned_row, safe_cut_before
+from ..foundation.window import Window
+from ..model_calls.spend import add_to_record
 from ..store.base import ObservationGroup, OMRecord, RecordConflictError, StoredMessage, all_thread_ids, utcnow
-from ..turns import other_thread_cut, pin_message, pinned_row, safe_cut_before
-from ..window import Window
 from . import planner
+from .backlog import Slice, split_thread
 from .core import EngineCore
 from .model_runs import apply_hints, arun_observer
 from .state import CycleResult, StepState

@@ -12,9 +12,9 @@ from typing import Any, Literal, TypeVar
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
-from ..events import ExtractionFailure, OMEvent, StatusData
+from ..foundation.events import ExtractionFailure, OMEvent, StatusData
+from ..foundation.window import Window
 from ..store.base import OMRecord, StoredMessage
-from ..window import Window
 
 Phase = Literal["activate", "observe", "reflect"]
 PHASES: tuple[Phase, ...] = ("activate", "observe", "reflect")

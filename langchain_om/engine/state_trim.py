@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from ..inputs import KnownMessage
+from ..foundation.inputs import KnownMessage
 from .state import OMContext
 
 

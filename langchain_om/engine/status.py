@@ -3,7 +3,7 @@ what an activation would remove now, and the run's step number and spend."""
 
 from __future__ import annotations
 
-from ..events import (
+from ..foundation.events import (
     ActiveWindows,
     BufferedObservations,
     BufferedReflectionStatus,
@@ -12,9 +12,9 @@ from ..events import (
     Windows,
     WindowUsage,
 )
-from ..spend import record_spend
+from ..foundation.window import Window
+from ..model_calls.spend import record_spend
 from ..store.base import OMRecord
-from ..window import Window
 from . import planner
 from .core import EngineCore
 from .rendering import instructions_of

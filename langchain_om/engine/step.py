@@ -15,11 +15,11 @@ from datetime import datetime
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from .. import failure_policy
-from ..events import StatusEvent
-from ..failures import turn_budget
-from ..oversize import warn_oversized
-from ..run_steps import run_mark
+from ..foundation.events import StatusEvent
+from ..foundation.oversize import warn_oversized
+from ..foundation.run_steps import run_mark
+from ..model_calls import failure_policy
+from ..model_calls.failures import turn_budget
 from ..store.base import OMRecord, record_key
 from . import planner
 from .activation import aactivate_chunks, observation_signals

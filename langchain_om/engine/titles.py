@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..events import ThreadUpdateData, ThreadUpdateEvent, iso_now
+from ..foundation.events import ThreadUpdateData, ThreadUpdateEvent, iso_now
 from ..store.base import new_id
 from .core import EngineCore
 from .state import StepState

@@ -38,8 +38,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..engine import ObservationalMemory
-from ..messages import TIMESTAMP_KEY, message_timestamp
-from ..models import normalize_model_string
+from ..foundation.messages import TIMESTAMP_KEY, message_timestamp
+from ..model_calls.models import normalize_model_string
 from ..store.base import implicit_resource
 from ..store.sqlite import SQLiteStore
 from .prompts import ANSWER_INSTRUCTIONS, JUDGE_SYSTEM, is_abstention, judge_prompt, parse_verdict

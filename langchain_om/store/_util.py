@@ -224,7 +224,7 @@ def record_without_thread(record: OMRecord, thread_id: str) -> OMRecord | None:
     if reflection is not None and dropped.intersection(reflection.covered_group_ids):
         reflection = None
     # per-thread entries of the engine's metadata: the caller's system messages and the pinned
-    # human message (langchain_om.inputs / langchain_om.turns)
+    # human message (langchain_om.foundation.inputs / langchain_om.foundation.turns)
     metadata = {key: value for key, value in record.metadata.items()}
     per_thread = [key for key in ("instructions", "pinned")
                   if isinstance(metadata.get(key), dict) and thread_id in metadata[key]]

@@ -69,7 +69,7 @@ class ThreadInfo(_Model):
 
 
 MessageKind = Literal["message", "temporal-marker", "edit"]
-"""``edit``: a later version of an already observed message (see ``langchain_om.inputs``)."""
+"""``edit``: a later version of an already observed message (see ``langchain_om.foundation.inputs``)."""
 
 
 class NewMessage(_Model):
@@ -331,7 +331,7 @@ RESOURCE_SCOPE_THREAD = "*"
 
 BRANCH_MARK = "\x1ebranch:"
 """Separates a thread id from its branch suffix in OM's internal branch thread ids
-(``langchain_om.branches``): ``<thread>\x1ebranch:<suffix>``. Only OM makes them; like the
+(``langchain_om.extensions.branches``): ``<thread>\x1ebranch:<suffix>``. Only OM makes them; like the
 private resources, they hold ``\x1e``, which no caller's id may contain."""
 
 

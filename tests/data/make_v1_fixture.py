@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.messages import TIMESTAMP_KEY
+from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.store.sqlite import SQLiteStore
 
 OBSERVATION = (

@@ -35,7 +35,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.graph import add_observational_memory
+from langchain_om.integrations.graph import add_observational_memory
 from langchain_om.store.base import OMStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 

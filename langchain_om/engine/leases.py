@@ -1,0 +1,148 @@
+"""One Observer cycle at a time per record, across workers: leases held in the store.
+
+Eight workers stepping one thread all cross the threshold on the same step and all called the
+Observer on the same messages; the record's compare-and-swap kept the log right, but every
+duplicate was paid for. Before a synchronous observation a worker now takes the record's
+``observe`` lease; a worker that finds it taken waits (polling, jittered) until it is free,
+then reloads the record and observes only what is still unobserved, usually nothing. Background
+buffering takes the ``buffer`` lease without waiting: if another worker is buffering, it skips.
+
+Leases are rows with an expiry (SQLite and PostgreSQL, schema migration 2), renewed by a
+heartbeat every third of ``failure_policy.lease_ttl`` while held: a worker that dies holding
+one loses it within that ttl and the work is redone once. A store
+without ``atry_lease`` / ``arelease_lease`` (the in-memory store, custom stores) gets an
+in-process lease, which is all a process-local store needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..model_calls.failures import remaining_budget
+
+_POLL_S = (0.02, 0.25)
+_local: dict[str, tuple[str, float]] = {}
+_local_lock = threading.Lock()
+
+
+async def _try(store: Any, name: str, owner: str, ttl_s: float) -> bool:
+    if hasattr(store, "atry_lease"):
+        return bool(await store.atry_lease(name, owner, ttl_s))
+    now = time.monotonic()
+    key = f"{id(store)}:{name}"  # in-process leases are per store object, like the data they guard
+    with _local_lock:
+        held = _local.get(key)
+        if held is not None and held[0] != owner and held[1] > now:
+            return False
+        _local[key] = (owner, now + ttl_s)
+        return True
+
+
+async def _release(store: Any, name: str, owner: str) -> None:
+    if hasattr(store, "arelease_lease"):
+        await store.arelease_lease(name, owner)
+        return
+    key = f"{id(store)}:{name}"
+    with _local_lock:
+        held = _local.get(key)
+        if held is not None and held[0] == owner:
+            del _local[key]
+
+
+async def _heartbeat(store: Any, name: str, owner: str, ttl_s: float) -> None:
+    """Renew a held lease every third of its ttl, so a live holder keeps it through a long
+    Observer call while a dead one (no heartbeat) loses it within one ttl."""
+    while True:
+        await asyncio.sleep(ttl_s / 3)
+        try:
+            if not await _try(store, name, owner, ttl_s):
+                return  # lost it (expired and taken): the record's compare-and-swap still guards the log
+        except Exception:
+            return
+
+
+@asynccontextmanager
+async def _held(store: Any, name: str, owner: str, ttl_s: float, acquired: bool) -> AsyncIterator[None]:
+    beat = asyncio.ensure_future(_heartbeat(store, name, owner, ttl_s)) if acquired else None
+    try:
+        yield
+    finally:
+        try:
+            if beat is not None:
+                await _stop(beat)
+        finally:
+            if acquired:
+                await _release(store, name, owner)
+
+
+async def _stop(beat: asyncio.Future[None]) -> None:
+    """Cancel the heartbeat and wait for it to end, letting a cancel of the *caller* through.
+
+    ``await beat`` after ``beat.cancel()`` cannot tell the heartbeat's CancelledError from the
+    caller's: a cancel of the caller landing in that await is handed to the awaited heartbeat
+    (already cancelled), comes back as its CancelledError and was swallowed with it, so the
+    caller went on (``aclose(cancel=True)`` hung on a buffering cycle that then called an
+    Observer which never answered). ``asyncio.wait`` never raises the heartbeat's outcome and
+    raises the caller's own cancellation."""
+    beat.cancel()
+    await asyncio.wait({beat})
+
+
+@asynccontextmanager
+async def wait_for_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
+    """Hold the lease ``name`` for the block; yields whether another worker held it first.
+
+    Waits at most ``ttl_s`` (a holder that died loses it by then) and never past the turn's
+    budget; if it still cannot take it, the block runs without it (the record's compare-and-swap
+    still keeps the log right, only the spend may double)."""
+    owner = uuid.uuid4().hex
+    waited = False
+    deadline = time.monotonic() + ttl_s + _POLL_S[1]
+    acquired = await _try(store, name, owner, ttl_s)
+    while not acquired:
+        waited = True
+        left = remaining_budget()
+        if time.monotonic() >= deadline or (left is not None and left <= 0):
+            break
+        pause = random.uniform(*_POLL_S)
+        await asyncio.sleep(pause if left is None else min(pause, left))
+        acquired = await _try(store, name, owner, ttl_s)
+    async with _held(store, name, owner, ttl_s, acquired):
+        yield waited
+
+
+@asynccontextmanager
+async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
+    """Hold the lease ``name`` for the block if it is free; yields whether it was taken."""
+    owner = uuid.uuid4().hex
+    acquired = await _try(store, name, owner, ttl_s)
+    async with _held(store, name, owner, ttl_s, acquired):
+        yield acquired
+
+
+async def is_free(store: Any, name: str) -> bool:
+    """Whether nobody holds ``name`` right now (taken and given back at once; a hint, not a hold).
+
+    So short a hold needs no heartbeat (and starts none)."""
+    owner = uuid.uuid4().hex
+    if not await _try(store, name, owner, 5.0):
+        return False
+    await _release(store, name, owner)
+    return True
+
+
+async def wait_until_free(store: Any, name: str, ttl_s: float) -> None:
+    """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``."""
+    async with wait_for_lease(store, name, ttl_s):
+        pass
+
+
+def lease_name(record_key: str, purpose: str) -> str:
+    return f"{purpose}:{record_key}"

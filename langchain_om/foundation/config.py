@@ -1,0 +1,619 @@
+"""Validated configuration of Observational Memory.
+
+Every option of the reference page lives here in snake_case. Validation happens
+once, at construction, so a bad option fails fast with an ``OMConfigError``
+naming the offending field instead of surfacing mid-conversation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_MODEL = "google_genai:gemini-2.5-flash"
+DEFAULT_MAX_OUTPUT_TOKENS = 100_000
+OBSERVER_DEFAULT_TEMPERATURE = 0.3
+REFLECTOR_DEFAULT_TEMPERATURE = 0.0
+DEFAULT_BLOCK_AFTER = 1.2
+# Per attempt; generous, because a 30k-token observation on a reasoning model can take minutes.
+DEFAULT_MODEL_TIMEOUT_MS = 300_000
+
+Scope = Literal["thread", "resource"]
+Duration = float | Literal["auto"] | Literal[False] | None
+"""Milliseconds, ``"auto"`` (provider prompt-cache TTL), ``False`` (off) or ``None`` (inherit)."""
+
+
+def ratio_tokens(base: int, ratio: float) -> int:
+    """``base x ratio`` rounded to the nearest token (a half rounds up).
+
+    Truncating the float product loses a token whenever the product lands a hair under a whole
+    number: 30,000 x (1 - 0.8) is 5,999.999... and 1.3 x 33,333 is 43,332.9."""
+    return math.floor(base * ratio + 0.5)
+
+
+class OMConfigError(ValueError):
+    """An invalid option; ``field`` is the dotted option path (``observation.block_after``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+_DURATION_UNITS_MS: dict[str, float] = {
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "secs": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "mins": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hr": 3_600_000,
+    "hrs": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)?\s*$")
+
+
+def parse_duration(value: Any, field: str) -> Duration:
+    """Turn ``300_000`` / ``"5m"`` / ``"1hr"`` / ``"auto"`` / ``False`` into ms (or the marker)."""
+    if value is None:
+        return None
+    if value is False:
+        return False
+    if value is True:
+        raise OMConfigError(field, "expected milliseconds, a duration string like '5m', 'auto' or false")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise OMConfigError(field, f"duration must not be negative, got {value}")
+        return float(value)
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return "auto"
+        match = _DURATION_RE.match(value)
+        if match:
+            number = float(match.group(1))
+            unit = (match.group(2) or "ms").lower()
+            if unit in _DURATION_UNITS_MS:
+                return number * _DURATION_UNITS_MS[unit]
+        raise OMConfigError(field, f"cannot read duration {value!r}; use ms, '30s', '5m', '1hr', 'auto' or false")
+    raise OMConfigError(field, f"expected a duration, got {type(value).__name__}")
+
+
+def _check_timeout(value: Any, field: str) -> float | Literal[False]:
+    parsed = parse_duration(value, field)
+    if parsed is None:
+        return DEFAULT_MODEL_TIMEOUT_MS
+    if parsed == "auto" or (parsed is not False and not (0 < parsed < math.inf)):
+        raise OMConfigError(field, f"expected a positive duration (ms, '90s', '5m') or false, got {value!r}")
+    return parsed
+
+
+def _timeout_seconds(value: Any) -> float | None:
+    return None if value is False else float(value) / 1000.0
+
+
+def _check_model_spec(value: Any, field: str) -> Any:
+    """Accept the model shapes the reference allows; the real resolution is in ``models.py``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value.strip():
+            raise OMConfigError(field, "model string must not be empty")
+        return value
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise OMConfigError(field, "a model list must hold at least one model")
+        for index, item in enumerate(value):
+            inner = item.get("model") if isinstance(item, Mapping) else item
+            if isinstance(item, Mapping) and "max_retries" in item:
+                retries = item["max_retries"]
+                if not isinstance(retries, int) or retries < 0:
+                    raise OMConfigError(f"{field}[{index}].max_retries", "must be an integer >= 0")
+            _check_model_spec(inner, f"{field}[{index}]")
+        return list(value)
+    if callable(value) or hasattr(value, "ainvoke") or hasattr(value, "resolve"):
+        return value
+    raise OMConfigError(
+        field,
+        "expected 'provider:model', a BaseChatModel, a callable, ModelByInputTokens or a list of models",
+    )
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan=False: NaN passes every "<= 0" check and would only fail mid-conversation.
+    model_config = ConfigDict(
+        extra="forbid", arbitrary_types_allowed=True, validate_assignment=False, allow_inf_nan=False
+    )
+
+
+class ModelSettings(_Strict):
+    """Generation settings of the Observer or Reflector call."""
+
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float | None) -> float | None:
+        if v is not None and not 0 <= v <= 2:
+            raise ValueError("temperature must be between 0 and 2")
+        return v
+
+    @field_validator("max_output_tokens")
+    @classmethod
+    def _max_output(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("max_output_tokens must be at least 1")
+        return v
+
+
+def _refuse_bool(value: Any) -> Any:
+    """A token count given as ``True`` would silently mean 1 token (``bool`` is an ``int``)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number of tokens, got {value!r}")
+    return value
+
+
+class ObservationConfig(_Strict):
+    """When and how the Observer runs."""
+
+    model: Any = None
+    instruction: str | None = None
+    thread_title: bool = False
+    extract: list[Any] = Field(default_factory=list)
+    manage_working_memory: bool = False
+    observe_attachments: bool | Literal["auto"] | list[str] = True
+    message_tokens: int = 30_000
+    max_tokens_per_batch: int = 10_000
+    model_settings: ModelSettings = Field(default_factory=ModelSettings)
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    buffer_tokens: float | Literal[False] = 0.2
+    buffer_on_idle: bool = False
+    buffer_activation: float = 0.8
+    activate_after_idle: Any = None
+    activate_on_provider_change: bool | None = None
+    block_after: float | None = None
+    previous_observer_tokens: int | Literal[False] = 2000
+    # Not on the reference page: a per-attempt ceiling on the OM model call (ms, "90s", "5m" or
+    # false), so a hung provider degrades to a failure event instead of stalling the agent's step.
+    model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS
+
+    @field_validator("model_timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        return _check_timeout(v, "observation.model_timeout")
+
+    def model_timeout_s(self) -> float | None:
+        return _timeout_seconds(self.model_timeout)
+
+    @field_validator("message_tokens", "max_tokens_per_batch", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _refuse_bool(v)
+
+    @field_validator("message_tokens", "max_tokens_per_batch")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be a positive number of tokens")
+        return v
+
+    @field_validator("buffer_tokens", mode="before")
+    @classmethod
+    def _buffer_tokens(cls, v: Any) -> Any:
+        if v is True:
+            raise ValueError("use a ratio (0-1), a token count, or false")
+        if v is not False and isinstance(v, (int, float)) and v <= 0:
+            raise ValueError("must be a ratio in (0, 1), a token count >= 1, or false")
+        return v
+
+    @field_validator("buffer_activation")
+    @classmethod
+    def _buffer_activation(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be a ratio in (0, 1] or a token count >= 1000 to keep")
+        if 1 < v < 1000:
+            raise ValueError("values above 1 are tokens to keep and must be >= 1000; ratios are <= 1")
+        return v
+
+    @field_validator("previous_observer_tokens", mode="before")
+    @classmethod
+    def _previous(cls, v: Any) -> Any:
+        if v is True:
+            raise ValueError("use a token budget (>= 0) or false")
+        if isinstance(v, (int, float)) and v < 0:
+            raise ValueError("must be >= 0 (0 omits prior observations) or false")
+        return v
+
+    @field_validator("observe_attachments")
+    @classmethod
+    def _attachments(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            for item in v:
+                if not isinstance(item, str) or not item or (item != "*" and "/" not in item):
+                    raise ValueError(f"{item!r} is not a MIME type, 'type/*' or '*'")
+            return [item.lower() for item in v]
+        return v
+
+    @field_validator("activate_after_idle", mode="before")
+    @classmethod
+    def _idle(cls, v: Any) -> Any:
+        return parse_duration(v, "observation.activate_after_idle")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, v: Any) -> Any:
+        return _check_model_spec(v, "observation.model")
+
+    @property
+    def buffering_enabled(self) -> bool:
+        return self.buffer_tokens is not False
+
+    def buffer_interval_tokens(self) -> int:
+        """The buffering interval in tokens (ratios are of ``message_tokens``)."""
+        if self.buffer_tokens is False:
+            return 0
+        if self.buffer_tokens < 1:
+            return max(1, ratio_tokens(self.message_tokens, self.buffer_tokens))
+        return int(self.buffer_tokens)
+
+    def block_after_tokens(self) -> int:
+        """The token count past which a synchronous observation is forced."""
+        value = self.block_after if self.block_after is not None else DEFAULT_BLOCK_AFTER
+        if value < 100:
+            return ratio_tokens(self.message_tokens, value)
+        return int(value)
+
+    def tokens_to_keep_after_activation(self) -> int:
+        """Message tokens that should remain in the window after an activation."""
+        if self.buffer_activation <= 1:
+            return max(0, ratio_tokens(self.message_tokens, 1 - self.buffer_activation))
+        return int(self.buffer_activation)
+
+
+class ReflectionConfig(_Strict):
+    """When and how the Reflector runs."""
+
+    model: Any = None
+    instruction: str | None = None
+    extract: list[Any] = Field(default_factory=list)
+    observation_tokens: int = 40_000
+    model_settings: ModelSettings = Field(default_factory=ModelSettings)
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    buffer_activation: float = 0.5
+    activate_after_idle: Any = None
+    activate_on_provider_change: bool = False
+    block_after: float = DEFAULT_BLOCK_AFTER
+    model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS  # see ObservationConfig.model_timeout
+
+    @field_validator("model_timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        return _check_timeout(v, "reflection.model_timeout")
+
+    def model_timeout_s(self) -> float | None:
+        return _timeout_seconds(self.model_timeout)
+
+    @field_validator("observation_tokens", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any) -> Any:
+        return _refuse_bool(v)
+
+    @field_validator("observation_tokens")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError("must be a positive number of tokens")
+        return v
+
+    @field_validator("buffer_activation")
+    @classmethod
+    def _ratio(cls, v: float) -> float:
+        if not 0 < v <= 1:
+            raise ValueError("must be a ratio in (0, 1] of observation_tokens")
+        return v
+
+    @field_validator("activate_after_idle", mode="before")
+    @classmethod
+    def _idle(cls, v: Any) -> Any:
+        return parse_duration(v, "reflection.activate_after_idle")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, v: Any) -> Any:
+        return _check_model_spec(v, "reflection.model")
+
+    def block_after_tokens(self) -> int:
+        if self.block_after < 100:
+            return ratio_tokens(self.observation_tokens, self.block_after)
+        return int(self.block_after)
+
+    def buffer_start_tokens(self) -> int:
+        return ratio_tokens(self.observation_tokens, self.buffer_activation)
+
+
+class FailurePolicyConfig(_Strict):
+    """What OM does when its own model calls fail (``failure_policy=`` option).
+
+    OM's Observer / Reflector are paid, flaky services. Transient errors (429, 5xx, timeouts,
+    connection resets) are retried ``max_retries`` times with exponential backoff and full jitter;
+    permanent ones (auth, bad request, missing key) are never retried. Then ``on_failure`` applies:
+    ``"continue"`` (default, for a live agent) lets the step go on without observing (the status
+    carries ``observation_error`` and a ``data-om-observation-failed`` event is emitted);
+    ``"raise"`` raises ``OMObservationError`` to the caller.
+    """
+
+    on_failure: Literal["continue", "raise"] = "continue"
+    max_retries: int = Field(default=2, ge=0, le=10)
+    backoff: Any = 500.0
+    max_backoff: Any = 8000.0
+    # Wall-clock budget for OM's model calls inside one turn (ms, "30s", or false = unbounded).
+    turn_budget: Any = 60_000.0
+    # Unobserved tokens past which the agent's context is trimmed to the newest messages (on
+    # "continue") or the step raises (on "raise") while the Observer is failing; None derives it
+    # from observation.block_after (twice its token count).
+    hard_ceiling: int | None = Field(default=None, ge=1)
+    # How long a worker's claim on a record's observation cycle outlives the worker if it dies
+    # holding it (a live holder renews it every third of this).
+    lease_ttl: Any = 10_000.0
+
+    @field_validator("backoff", "max_backoff", "lease_ttl", mode="before")
+    @classmethod
+    def _durations(cls, v: Any, info: Any) -> Any:
+        parsed = parse_duration(v, f"failure_policy.{info.field_name}")
+        if parsed is None or parsed is False or parsed == "auto":
+            raise OMConfigError(f"failure_policy.{info.field_name}", "expected a duration (ms, '500ms', '2s')")
+        return parsed
+
+    @field_validator("turn_budget", mode="before")
+    @classmethod
+    def _budget(cls, v: Any) -> Any:
+        parsed = parse_duration(v, "failure_policy.turn_budget")
+        if parsed is False or parsed is None:
+            return False
+        if parsed == "auto" or parsed <= 0:
+            raise OMConfigError("failure_policy.turn_budget", "expected a positive duration (ms, '30s') or false")
+        return parsed
+
+    def turn_budget_s(self) -> float | None:
+        return None if self.turn_budget is False else float(self.turn_budget) / 1000.0
+
+
+class RetrievalConfig(_Strict):
+    """The ``recall`` tool: browsing (and optionally searching) the raw messages behind observations.
+
+    Keyword search (``mode="search"``) needs nothing: it runs on the store's full-text index.
+    ``vector=True`` adds semantic search and needs ``embeddings`` (the vectors are then kept in
+    OM's store, so they survive restarts) or a LangChain ``VectorStore`` (``vector_store``).
+    """
+
+    vector: bool = False
+    scope: Scope = "resource"
+    instructions: str | None = None
+    vector_store: Any = None
+    embeddings: Any = None
+    search_limit: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _vector_needs_store(self) -> RetrievalConfig:
+        if self.vector and self.vector_store is None and self.embeddings is None:
+            raise OMConfigError(
+                "retrieval.vector_store",
+                "vector search needs embeddings=... (vectors are then kept in OM's store) or a "
+                "LangChain VectorStore (vector_store=...)",
+            )
+        return self
+
+
+def _reraise(exc: ValidationError, prefix: str) -> OMConfigError:
+    first = exc.errors()[0]
+    loc = ".".join(str(part) for part in first.get("loc", ()))
+    field = f"{prefix}.{loc}" if prefix and loc else (prefix or loc)
+    message = str(first.get("msg", "invalid value"))
+    message = message.removeprefix("Value error, ")
+    ctx_error = first.get("ctx", {}).get("error") if first.get("ctx") else None
+    if isinstance(ctx_error, OMConfigError):
+        return ctx_error
+    return OMConfigError(field, message)
+
+
+def _coerce(cls: type[_Strict], value: Any, prefix: str) -> Any:
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return cls(**dict(value))
+        except OMConfigError:
+            raise
+        except ValidationError as exc:
+            raise _reraise(exc, prefix) from None
+    raise OMConfigError(prefix, f"expected a dict or {cls.__name__}, got {type(value).__name__}")
+
+
+class OMConfig(_Strict):
+    """The whole configuration, cross-checked."""
+
+    enabled: bool = True
+    model: Any = None
+    scope: Scope = "thread"
+    observation: ObservationConfig = Field(default_factory=ObservationConfig)
+    reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
+    share_token_budget: bool = False
+    temporal_markers: bool = False
+    retrieval: RetrievalConfig | None = None
+    activate_after_idle: Any = None
+    activate_on_provider_change: bool = False
+    obscure_thread_ids: bool = False
+    token_counter: Any = "auto"
+    hooks: Any = None
+    failure_policy: FailurePolicyConfig = Field(default_factory=FailurePolicyConfig)
+    on_debug_event: Callable[..., Any] | None = None
+
+    @classmethod
+    def build(cls, **options: Any) -> OMConfig:
+        """Construct from user options, turning every validation problem into ``OMConfigError``."""
+        options = dict(options)
+        user_obs = options.get("observation")
+        obs_fields = set(user_obs.keys()) if isinstance(user_obs, Mapping) else (
+            set(user_obs.model_fields_set) if isinstance(user_obs, ObservationConfig) else set()
+        )
+        user_ref = options.get("reflection")
+        ref_fields = set(user_ref.keys()) if isinstance(user_ref, Mapping) else (
+            set(user_ref.model_fields_set) if isinstance(user_ref, ReflectionConfig) else set()
+        )
+        options["observation"] = _coerce(ObservationConfig, user_obs, "observation")
+        options["reflection"] = _coerce(ReflectionConfig, user_ref, "reflection")
+        retrieval = options.get("retrieval")
+        if retrieval is None or retrieval is False:
+            options["retrieval"] = None
+        elif retrieval is True:
+            options["retrieval"] = RetrievalConfig()
+        else:
+            options["retrieval"] = _coerce(RetrievalConfig, retrieval, "retrieval")
+        options["activate_after_idle"] = parse_duration(options.get("activate_after_idle"), "activate_after_idle")
+        if options["activate_after_idle"] is None:
+            options["activate_after_idle"] = False
+        options["model"] = _check_model_spec(options.get("model"), "model")
+        policy = options.get("failure_policy")
+        if isinstance(policy, str):
+            policy = {"on_failure": policy}
+        options["failure_policy"] = _coerce(FailurePolicyConfig, policy, "failure_policy")
+        try:
+            config = cls(**options)
+        except OMConfigError:
+            raise
+        except ValidationError as exc:
+            raise _reraise(exc, "") from None
+        config._cross_check(obs_fields, ref_fields)
+        return config
+
+    def _cross_check(self, obs_fields: set[str], ref_fields: set[str]) -> None:
+        obs, ref = self.observation, self.reflection
+        if self.model is not None and obs.model is not None:
+            raise OMConfigError("observation.model", "cannot be set together with the top-level model")
+        if self.model is not None and ref.model is not None:
+            raise OMConfigError("reflection.model", "cannot be set together with the top-level model")
+        if obs.buffer_tokens is not False:
+            interval = obs.buffer_tokens
+            if interval >= 1 and interval >= obs.message_tokens:
+                raise OMConfigError(
+                    "observation.buffer_tokens",
+                    f"must be below observation.message_tokens ({obs.message_tokens}), got {interval:g}",
+                )
+            if interval >= 1 and interval != int(interval):
+                raise OMConfigError("observation.buffer_tokens", "token counts must be whole numbers")
+        if self.share_token_budget and obs.buffer_tokens is not False and self.scope != "resource":
+            raise OMConfigError(
+                "share_token_budget",
+                "is not compatible with async buffering yet; set observation.buffer_tokens to false",
+            )
+        if obs.block_after is not None:
+            _check_block_after(obs.block_after, obs.message_tokens, "observation.block_after", "message_tokens")
+            if obs.buffer_tokens is False and "block_after" in obs_fields:
+                raise OMConfigError("observation.block_after", "only applies when observation.buffer_tokens is set")
+        if "block_after" in ref_fields:
+            _check_block_after(ref.block_after, ref.observation_tokens, "reflection.block_after", "observation_tokens")
+        if obs.buffer_activation >= 1000 and obs.buffer_activation >= obs.message_tokens:
+            raise OMConfigError(
+                "observation.buffer_activation",
+                f"tokens to keep ({obs.buffer_activation:g}) must be below message_tokens ({obs.message_tokens})",
+            )
+        if self.token_counter not in ("auto", "tiktoken", "estimator") and not hasattr(
+            self.token_counter, "count_messages"
+        ):
+            raise OMConfigError("token_counter", "use 'auto', 'tiktoken', 'estimator' or a TokenCounter")
+
+    # ---- derived behaviour -------------------------------------------------
+
+    @property
+    def buffering_enabled(self) -> bool:
+        """Async buffering is off when disabled, in resource scope, or under a shared budget."""
+        return self.observation.buffering_enabled and self.scope == "thread" and not self.share_token_budget
+
+    @property
+    def reflection_buffering_enabled(self) -> bool:
+        return self.buffering_enabled
+
+    @property
+    def obscure_ids(self) -> bool:
+        return self.obscure_thread_ids or self.scope == "resource"
+
+    def observation_idle_ms(self) -> Duration:
+        """Observation inherits the top-level idle activation unless it sets its own (False stops it)."""
+        own: Duration = self.observation.activate_after_idle
+        inherited: Duration = self.activate_after_idle
+        return inherited if own is None else own
+
+    def observation_activates_on_provider_change(self) -> bool:
+        own = self.observation.activate_on_provider_change
+        return self.activate_on_provider_change if own is None else own
+
+    def reflection_idle_ms(self) -> Duration:
+        """Reflection never inherits the top-level value."""
+        own: Duration = self.reflection.activate_after_idle
+        return own if own is not None else False
+
+    def reflection_activates_on_provider_change(self) -> bool:
+        """Reflection never inherits the top-level value either: it must be set on ``reflection``."""
+        return self.reflection.activate_on_provider_change
+
+    def uses_default_model(self, which: Literal["observation", "reflection"]) -> bool:
+        spec = self.model_spec(which)
+        return spec is None or spec == "default" or hasattr(spec, "get_thresholds")
+
+    def model_spec(self, which: Literal["observation", "reflection"]) -> Any:
+        """The model for the Observer or Reflector, following the page's fallback chain."""
+        if self.model is not None:
+            return self.model
+        own = self.observation.model if which == "observation" else self.reflection.model
+        other = self.reflection.model if which == "observation" else self.observation.model
+        return own if own is not None else other
+
+    def model_settings(self, which: Literal["observation", "reflection"]) -> ModelSettings:
+        """Settings with defaults filled: temperature per role, 100k max output only on the default model."""
+        settings = self.observation.model_settings if which == "observation" else self.reflection.model_settings
+        temperature = settings.temperature
+        if temperature is None:
+            temperature = OBSERVER_DEFAULT_TEMPERATURE if which == "observation" else REFLECTOR_DEFAULT_TEMPERATURE
+        max_output = settings.max_output_tokens
+        if max_output is None and self.uses_default_model(which):
+            max_output = DEFAULT_MAX_OUTPUT_TOKENS
+        return ModelSettings(temperature=temperature, max_output_tokens=max_output)
+
+    def hard_ceiling_tokens(self) -> int:
+        """Unobserved tokens the agent's context may hold while the Observer is failing."""
+        own = self.failure_policy.hard_ceiling
+        if own is not None:
+            return own
+        return 2 * max(self.observation.block_after_tokens(), self.observation.message_tokens)
+
+    def marker_config(self) -> dict[str, Any]:
+        return {
+            "message_tokens": self.observation.message_tokens,
+            "observation_tokens": self.reflection.observation_tokens,
+            "scope": self.scope,
+        }
+
+
+def _check_block_after(value: float, threshold: int, field: str, threshold_name: str) -> None:
+    if value < 1:
+        raise OMConfigError(field, f"must be >= 1 (a multiplier of {threshold_name}) or >= 100 tokens, got {value:g}")
+    if value >= 100 and value <= threshold:
+        raise OMConfigError(
+            field, f"absolute value {value:g} must be greater than {threshold_name} ({threshold})"
+        )

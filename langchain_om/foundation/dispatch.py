@@ -1,0 +1,137 @@
+"""Delivering OM's data-part events into a run: LangChain custom events and LangGraph's
+custom stream.
+
+The engine hands every event to ``dispatch_events`` (or its sync twin); the handlers that
+collect or draw them for users live in ``callbacks`` (the integrations layer), which this
+module does not need to know about.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks.base import BaseCallbackManager
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.runnables import RunnableConfig, ensure_config
+
+from .events import OMEvent
+
+logger = logging.getLogger("langchain_om.foundation.dispatch")
+
+STREAM_FORMAT_KEY = "om_stream_format"
+"""``config["configurable"]`` key choosing the shape OM writes to LangGraph's custom stream.
+
+Unset (or ``"part"``): the AI SDK data part itself, ``{"type": "data-om-…", "id", "data", "transient"?}``,
+which ``langchain_om.integrations.ui`` and ``langgraph_sdk`` clients read as is. ``"ai-sdk-langchain"``: the
+payload ``@ai-sdk/langchain``'s ``toUIMessageStream`` maps onto that part, ``{"type": "om-…",
+"id", ...reference fields}``, so its users get ``data-om-*`` parts whose ``data`` holds the
+reference fields (instead of ``data-data-om-*`` with them nested one level down).
+"""
+STREAM_FORMATS = ("part", "ai-sdk-langchain")
+
+
+def _stream_format(config: RunnableConfig | None) -> str:
+    value = ((config or {}).get("configurable") or {}).get(STREAM_FORMAT_KEY) or "part"
+    if value not in STREAM_FORMATS:
+        raise ValueError(f"configurable.{STREAM_FORMAT_KEY}: expected one of {STREAM_FORMATS}, got {value!r}")
+    return str(value)
+
+
+def _stream_writer(config: RunnableConfig | None) -> Any:
+    """LangGraph's custom-stream writer for the current node, if we are inside one.
+
+    The public ``get_stream_writer()`` reads the node's context; when OM is called with an
+    explicit config outside that context (a sync twin on OM's own loop, say), the writer is
+    looked up in that config's runtime instead.
+    """
+    try:
+        from langgraph.config import get_stream_writer
+
+        return get_stream_writer()
+    except Exception:  # not inside a LangGraph node's context
+        pass
+    if config is None:
+        return None
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_RUNTIME
+    except ImportError:  # pragma: no cover - a LangGraph without this layout
+        return None
+    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    return getattr(runtime, "stream_writer", None)
+
+
+def _has_parent_run(config: RunnableConfig | None) -> bool:
+    """Whether a custom event would have a run to belong to. LangChain takes the parent run
+    from the config's callback manager or from an active LangSmith trace, and refuses the
+    event otherwise; asking first saves building a callback manager (~50 us) on every step
+    taken outside a run."""
+    callbacks = ensure_config(config).get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager) and callbacks.parent_run_id is not None:
+        return True
+    try:
+        from langsmith.run_helpers import get_tracing_context
+    except ImportError:  # pragma: no cover - langsmith ships with langchain-core
+        return True
+    return get_tracing_context().get("parent") is not None
+
+
+def _audience(config: RunnableConfig | None) -> tuple[Any, bool] | None:
+    """Who can hear events now: LangGraph's custom-stream writer (or None) and whether there is
+    a LangChain run to send custom events to; None when nobody can."""
+    writer = _stream_writer(config)
+    in_run = _has_parent_run(config)
+    return None if writer is None and not in_run else (writer, in_run)
+
+
+def _write(writer: Any, part: dict[str, Any], event_type: str) -> None:
+    try:
+        writer(part)
+    except Exception:
+        logger.exception("langchain-om could not write %s to the custom stream", event_type)
+
+
+async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
+    """Emit each event as a LangChain custom event (name = type) and on ``stream_mode="custom"``
+    (in the shape ``configurable.om_stream_format`` asks for)."""
+    audience = _audience(config) if events else None
+    if audience is None:
+        return
+    writer, in_run = audience
+    flat = _stream_format(config) == "ai-sdk-langchain"
+    for event in events:
+        part = event.to_part()
+        if in_run:
+            try:
+                await adispatch_custom_event(event.type, part, config=config)
+            except RuntimeError:
+                pass  # not inside a run after all: nobody to tell
+            except Exception:
+                logger.exception("langchain-om could not dispatch %s", event.type)
+        if writer is not None:
+            _write(writer, event.to_langchain_js_payload() if flat else part, event.type)
+
+
+def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
+    """Sync twin of ``dispatch_events``, for sync graph nodes and middleware hooks.
+
+    Called in the run's own thread, so callback handlers and the custom-stream writer see the
+    events exactly as they would from an async node.
+    """
+    audience = _audience(config) if events else None
+    if audience is None:
+        return
+    writer, in_run = audience
+    flat = _stream_format(config) == "ai-sdk-langchain"
+    for event in events:
+        part = event.to_part()
+        if in_run:
+            try:
+                dispatch_custom_event(event.type, part, config=config)
+            except RuntimeError:
+                pass  # not inside a run after all
+            except Exception:
+                logger.exception("langchain-om could not dispatch %s", event.type)
+        if writer is not None:
+            _write(writer, event.to_langchain_js_payload() if flat else part, event.type)

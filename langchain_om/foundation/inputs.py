@@ -1,0 +1,192 @@
+"""Sorting a step's input: the caller's system messages, new messages, and edits of known ones.
+
+* **System messages are instructions, not conversation.** A caller's ``SystemMessage`` (a
+  persona, house rules) is never stored as a message, never shown to the Observer and never
+  observed away. OM keeps the thread's latest instructions in the record's metadata, so a
+  caller that sends them once (chat-history style) keeps them, and a caller that sends them
+  every step (graph state) replaces them only when they change.
+* **Edits are honoured.** LangGraph's ``add_messages`` replaces a message by id, so a message
+  re-sent under a known id with other content is an edit. OM keeps a fingerprint per stored id;
+  an edit of an unobserved message replaces the stored copy, an edit of an observed one is
+  stored as a new ``edit`` row (the raw history keeps both versions) which the Observer reads
+  as a correction of the earlier message in its next cycle.
+
+Detecting an edit costs nothing for the messages the caller passed last step as the same
+objects (one list comparison in C, on pointers); only a list that changed otherwise (an edit, a
+removal, objects deserialised again from a checkpoint) is walked in Python, fingerprinting the
+known messages OM has not seen as objects yet (a crc32 of their content). A step stays O(new or
+changed messages) in Python work, and never reads the stored history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from langchain_core.messages import BaseMessage, ChatMessage, SystemMessage
+
+from ..store.base import NewMessage, StoredMessage
+from .messages import dump_message, load_message
+from .tokens import CACHE_KEY, _fingerprint
+
+OM_SYSTEM_PREFIX = "langchain-om-"
+EDIT_ROLE = "edit"
+EDIT_OF = "om_edit_of"
+EDIT_TYPE = "om_edit_type"
+INSTRUCTIONS_KEY = "instructions"
+
+
+class KnownMessage(NamedTuple):
+    """What OM remembers of a stored message: its fingerprint and where it stands."""
+
+    fingerprint: str
+    seq: int
+
+
+def message_fingerprint(message: BaseMessage) -> str:
+    """A cheap change detector over what a model reads of a message (content, tool calls, name)."""
+    return _fingerprint(message)
+
+
+def _row_fingerprint(row: StoredMessage) -> str:
+    cached = ((row.data.get("data") or {}).get("response_metadata") or {}).get(CACHE_KEY)
+    if isinstance(cached, Mapping) and isinstance(cached.get("content_hash"), str):
+        return str(cached["content_hash"])
+    return message_fingerprint(load_message(row.data))
+
+
+def known_from_rows(rows: Iterable[StoredMessage]) -> dict[str, KnownMessage]:
+    """Fingerprints of stored rows; an ``edit`` row stands for the newest version of its message."""
+    known: dict[str, KnownMessage] = {}
+    for row in rows:
+        if row.kind == "edit":
+            original = ((row.data.get("data") or {}).get("additional_kwargs") or {}).get(EDIT_OF)
+            if isinstance(original, str) and original in known:
+                known[original] = KnownMessage(_row_fingerprint(row), known[original].seq)
+            continue
+        known[row.id] = KnownMessage(_row_fingerprint(row), row.seq)
+    return known
+
+
+def is_om_message(message: BaseMessage) -> bool:
+    """OM's own context message, which a caller's state may carry back (graph nodes)."""
+    return bool(message.id) and str(message.id).startswith(OM_SYSTEM_PREFIX)
+
+
+def is_edit_message(message: BaseMessage) -> bool:
+    return isinstance(message, ChatMessage) and message.role == EDIT_ROLE
+
+
+@dataclass
+class SortedInputs:
+    instructions: list[BaseMessage] = field(default_factory=list)
+    fresh: list[BaseMessage] = field(default_factory=list)
+    edited: list[BaseMessage] = field(default_factory=list)
+
+
+def sort_inputs(
+    messages: Sequence[BaseMessage],
+    known: Mapping[str, KnownMessage],
+    seen: MutableMapping[str, BaseMessage],
+    previous: list[BaseMessage] | None = None,
+) -> SortedInputs:
+    """Split the caller's messages into instructions, new messages and edits of known ones.
+
+    New messages are those after the newest known one (as before: an unknown message older
+    than a known one is a message the caller dropped and brought back, not a new turn).
+    ``seen`` maps ids to the message objects OM last saw; an identical object is unchanged.
+
+    ``previous`` is a copy of the caller's list at the last step (updated in place). When the
+    caller's list still starts with exactly those messages, only the tail is looked at: the
+    comparison runs in C on pointers, so a caller that hands over a long history every step
+    pays microseconds, not a pass over its history in Python.
+    """
+    out = SortedInputs()
+    listed = messages if type(messages) is list else list(messages)
+    start = 0
+    if previous is not None:
+        known_len = len(previous)
+        if known_len and len(listed) >= known_len:
+            previous.extend(listed[known_len:])
+            if listed == previous:  # identity first, per element: unchanged objects cost a pointer compare
+                start = known_len
+        if start == 0:
+            previous[:] = listed
+    last_known = -1
+    conversation: list[BaseMessage] = []
+    for message in listed[start:] if start else listed:
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"messages: expected LangChain BaseMessage objects, got {type(message).__name__}")
+        if message.type == "remove":
+            continue
+        if message.type == "system":
+            if not is_om_message(message):
+                out.instructions.append(message)
+            continue
+        mid = message.id
+        if mid and mid in known:
+            last_known = len(conversation)
+            before = seen.get(mid)
+            if before is not message and (before is None or before.content is not message.content):
+                if message_fingerprint(message) != known[mid].fingerprint:
+                    out.edited.append(message)
+                else:
+                    seen[mid] = message
+        conversation.append(message)
+    out.fresh = [m for m in conversation[last_known + 1:] if not (m.id and m.id in known)]
+    return out
+
+
+def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:
+    """The stored form of an edit of an observed message: a new row the Observer reads as a correction."""
+    fingerprint = message_fingerprint(message)
+    original = str(message.id)
+    if len(original) > 400:  # ids are at most 512 characters: a long one is named by its digest
+        original = hashlib.sha1(original.encode("utf-8", "surrogatepass")).hexdigest()
+    note = ChatMessage(
+        content=message.content, role=EDIT_ROLE, id=f"{original}~edit~{fingerprint}",
+        additional_kwargs={EDIT_OF: message.id, EDIT_TYPE: message.type},
+        response_metadata={CACHE_KEY: {"content_hash": fingerprint}},
+    )
+    return NewMessage(id=str(note.id), data=dump_message(note), tokens=tokens, created_at=created_at, kind="edit")
+
+
+class Instructions:
+    """The caller's system messages per thread, kept in the record's metadata."""
+
+    @staticmethod
+    def fingerprints(messages: Sequence[BaseMessage]) -> list[str]:
+        return [message_fingerprint(m) for m in messages]  # content only: ids of re-sent copies may differ
+
+    @staticmethod
+    def stored(metadata: Mapping[str, Any], thread_id: str) -> Mapping[str, Any] | None:
+        entry = (metadata.get(INSTRUCTIONS_KEY) or {}).get(thread_id)
+        return entry if isinstance(entry, Mapping) else None
+
+    @classmethod
+    def changed(cls, metadata: Mapping[str, Any], thread_id: str, fingerprints: list[str]) -> bool:
+        """Whether the stored instructions differ from those with ``fingerprints`` (``fingerprints()``)."""
+        entry = cls.stored(metadata, thread_id)
+        return entry is None or entry.get("fingerprints") != fingerprints
+
+    @staticmethod
+    def put(metadata: MutableMapping[str, Any], thread_id: str, messages: Sequence[BaseMessage],
+            fingerprints: list[str]) -> None:
+        table = metadata.setdefault(INSTRUCTIONS_KEY, {})
+        table[thread_id] = {"fingerprints": fingerprints, "messages": [dump_message(m) for m in messages]}
+
+    @classmethod
+    def forget(cls, metadata: MutableMapping[str, Any], thread_id: str) -> None:
+        table = metadata.get(INSTRUCTIONS_KEY)
+        if isinstance(table, dict):
+            table.pop(thread_id, None)
+
+    @classmethod
+    def load(cls, metadata: Mapping[str, Any], thread_id: str) -> list[BaseMessage]:
+        entry = cls.stored(metadata, thread_id)
+        if entry is None:
+            return []
+        loaded = [load_message(data) for data in entry.get("messages") or []]
+        return [m if isinstance(m, SystemMessage) else SystemMessage(m.content, id=m.id) for m in loaded]

@@ -1,0 +1,88 @@
+"""``ObservationalChatMessageHistory``: a ``BaseChatMessageHistory`` backed by OM.
+
+For code that keeps a chat history itself (LangChain's ``RunnableWithMessageHistory`` is
+deprecated in favour of LangGraph persistence; new agents should use the middleware or the
+graph nodes): added messages are stored through the engine, and reading ``messages`` runs
+one OM step and returns the bounded context (the OM system message once there is something
+observed, then the unobserved messages) instead of the whole conversation. The raw messages
+stay in the store for recall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage
+
+from ..engine import ObservationalMemory, OMAborted, OMContext
+from ..foundation.tokens import CACHE_KEY
+from ..store.base import check_id, check_thread_id
+
+
+class ObservationalChatMessageHistory(BaseChatMessageHistory):
+    """Chat history of one thread, seen through Observational Memory.
+
+    ``messages`` / ``aget_messages()`` run an OM step (observing or reflecting if the
+    thresholds say so) and return the context to send to the model. ``clear()`` deletes
+    the thread's messages and its record. Messages added without an id get one (on a copy;
+    the caller's objects are not modified). When OM cannot build a context (no tier of a
+    ``ModelByInputTokens`` fits the Observer's input), reading raises ``OMAborted`` rather
+    than handing an over-budget history to the model; the stored messages are untouched.
+    """
+
+    def __init__(self, om: ObservationalMemory, thread_id: str, resource_id: str | None = None) -> None:
+        if not isinstance(om, ObservationalMemory):
+            raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
+        self.om = om
+        self.thread_id = check_thread_id(thread_id)
+        self.resource_id = check_id(resource_id, "resource_id") if resource_id is not None else None
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        return _checked(self.om._loop.run(self.om.aprocess(self.thread_id, [], resource_id=self.resource_id),
+                                          twin="history.aget_messages()"))
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return _checked(await self.om.aprocess(self.thread_id, [], resource_id=self.resource_id))
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        self.om._loop.run(self.om.aon_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id),
+                          twin="history.aadd_messages(...)")
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await self.om.aon_turn_end(self.thread_id, _copies(messages), resource_id=self.resource_id)
+
+    def clear(self) -> None:
+        """Sync twin of ``aclear``; raises at once inside a running event loop that runs this thread's
+        OM background work (it would wait for it forever), naming ``aclear``."""
+        om = self.om
+        om._loop.run(om.adelete_thread(self.thread_id, resource_id=self.resource_id), twin="history.aclear()",
+                     waits_on=om._background_of(self.thread_id, self.resource_id))
+
+    async def aclear(self) -> None:
+        await self.om.adelete_thread(self.thread_id, resource_id=self.resource_id)
+
+
+def _checked(context: OMContext) -> list[BaseMessage]:
+    if context.aborted is not None:
+        raise OMAborted(f"chat history: {context.aborted}")
+    return [_without_bookkeeping(m) for m in context.to_messages()]
+
+
+def _without_bookkeeping(message: BaseMessage) -> BaseMessage:
+    """A copy without OM's token-count cache in ``response_metadata``: it is OM's internal state,
+    not part of the conversation handed out (and would otherwise travel into the caller's records)."""
+    metadata = message.response_metadata or {}
+    if CACHE_KEY not in metadata:
+        return message
+    return message.model_copy(update={"response_metadata": {k: v for k, v in metadata.items() if k != CACHE_KEY}})
+
+
+def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"messages[{index}]: expected a BaseMessage, got {type(message).__name__}")
+        out.append(message.model_copy(deep=True))
+    return out

@@ -1,0 +1,214 @@
+"""``ObservationalMemoryMiddleware``: OM for ``langchain.agents.create_agent`` (LangChain v1).
+
+The context is built in ``wrap_model_call`` / ``awrap_model_call`` and handed to the model
+through ``request.override(messages=..., system_message=...)``: it reaches the model
+without being written into checkpointed state. The raw messages live in OM's store
+(recall pages through them); once observed they also leave the agent's state
+(``remove_observed``), with the model's answer, so the checkpointed state stays as
+bounded as the context. Without that, every checkpoint of a long conversation would
+re-serialize its whole history, and every step would pay for it.
+
+System prompt order: the user's own system prompt first, then OM's context. The user's
+prompt never changes between steps and OM's observation log changes only when
+observations change (its hints come last), so this order gives the longest prefix that
+stays byte-identical across steps, which is what provider prompt caches reuse.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any, Literal, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+from typing_extensions import NotRequired
+
+from ..engine import ObservationalMemory, OMContext
+from ..extensions.branches import POSITION_KEY
+from ..foundation.context import OM_CONTEXT_MESSAGE_ID
+from .graph import TRIPWIRE_KEY, aprocess_at_checkpoint, aturn_end_at_checkpoint, om_tools, tripwire_message
+
+__all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
+
+logger = logging.getLogger("langchain_om.integrations.middleware")
+
+
+def _run_config() -> RunnableConfig:
+    from langgraph.config import get_config
+
+    try:
+        return get_config()
+    except RuntimeError as exc:
+        raise RuntimeError("ObservationalMemoryMiddleware must run inside a create_agent graph") from exc
+
+
+def model_id(model: Any) -> str | None:
+    """``provider/model`` of a chat model, as OM's provider-change activation compares it."""
+    if not isinstance(model, BaseChatModel):
+        bound = getattr(model, "bound", None)
+        if isinstance(bound, BaseChatModel):
+            model = bound
+        else:
+            return None
+    try:
+        params = model._get_ls_params()
+    except Exception:
+        return None
+    name = params.get("ls_model_name")
+    provider = params.get("ls_provider")
+    if not name:
+        return None
+    return f"{provider}/{name}" if provider else str(name)
+
+
+def merge_system_messages(user: SystemMessage | None, om: SystemMessage | None) -> SystemMessage | None:
+    """One system message: the user's prompt first, then OM's context (see the module docstring)."""
+    if om is None:
+        return user
+    if user is None:
+        return om
+    if isinstance(user.content, str) and isinstance(om.content, str):
+        content: Any = f"{user.content}\n\n{om.content}"
+    else:
+        blocks: list[Any] = []
+        for part in (user.content, om.content):
+            if isinstance(part, str):
+                blocks.append({"type": "text", "text": part})
+            else:
+                blocks.extend(part)
+        content = blocks
+    return SystemMessage(content=content, id=OM_CONTEXT_MESSAGE_ID, additional_kwargs=dict(user.additional_kwargs))
+
+
+class OMAgentState(AgentState[Any]):
+    """The agent state plus OM's position, so memory follows the checkpoint (see ``branches.py``)."""
+
+    om_position: NotRequired[Annotated[dict[str, Any] | None, OmitFromInput]]
+
+
+class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
+    """Observational Memory as ``create_agent`` middleware.
+
+    ``agent = create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(om)],
+    checkpointer=...)``; invoke with ``config={"configurable": {"thread_id": ...,
+    "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``). Each model call
+    is one OM step: exactly one ``data-om-status`` event precedes it. The middleware
+    contributes OM's tools (``om_tools``): ``recall`` when retrieval is on and
+    ``update_working_memory`` when working memory is agent-managed. When OM aborts a step
+    (e.g. no tier of a ``ModelByInputTokens`` fits), the model is not called and the step's
+    answer is a tripwire ``AIMessage`` (empty content, reason under
+    ``response_metadata["om_tripwire"]``). Sync (``invoke``) and async
+    (``ainvoke``/``astream``) agents both work; the sync path uses OM's own loop thread, so
+    don't run a sync agent from inside a running event loop's thread.
+
+    ``remove_observed`` (default on): messages OM has observed leave the agent's state in the
+    same update as the model's answer (``RemoveMessage``), as ``SummarizationMiddleware``
+    shrinks its state, so checkpoints stay bounded. They stay in OM's store: ``recall`` and
+    ``om.store.aget_messages`` return them. Pair a durable checkpointer with a durable OM
+    store (SQLite, PostgreSQL); turn it off to keep the whole raw conversation in state.
+
+    ``keep_in_state`` (with ``remove_observed``): ``"unobserved"`` (default) leaves OM's whole
+    unobserved window in state, so the state reads like the model's view; ``"turn"`` keeps
+    only the current turn (the newest human message onwards), since the model's context is
+    built from OM's store anyway. Each checkpoint then holds a turn instead of a context
+    window: the smallest checkpoints, for long-running agents on a durable checkpointer.
+    """
+
+    def __init__(
+        self, om: ObservationalMemory, *, remove_observed: bool = True,
+        keep_in_state: Literal["unobserved", "turn"] = "unobserved",
+    ) -> None:
+        if not isinstance(om, ObservationalMemory):
+            raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
+        if not isinstance(remove_observed, bool):
+            raise TypeError(f"remove_observed: expected a bool, got {type(remove_observed).__name__}")
+        if keep_in_state not in ("unobserved", "turn"):
+            raise ValueError(f"keep_in_state: expected 'unobserved' or 'turn', got {keep_in_state!r}")
+        self.om = om
+        self.state_schema = OMAgentState
+        self.remove_observed = remove_observed
+        self.keep_in_state = keep_in_state
+        self.tools: Sequence[BaseTool] = om_tools(om)
+
+    @property
+    def name(self) -> str:
+        return "ObservationalMemoryMiddleware"
+
+    def _request(self, request: ModelRequest[Any], context: OMContext) -> ModelRequest[Any]:
+        # the caller's system messages in state are instructions: they lead, in their order,
+        # after the agent's own prompt and ahead of OM's context
+        system = request.system_message
+        for instruction in context.instructions:
+            system = merge_system_messages(system, cast("SystemMessage", instruction))
+        system = merge_system_messages(system, context.system_message)
+        return request.override(messages=cast("list[AnyMessage]", list(context.messages)), system_message=system)
+
+    def _with_removals(
+        self, response: ModelResponse[Any], request: ModelRequest[Any], context: OMContext,
+        branch: str, resource_id: str | None, position: dict[str, Any],
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+        """The model's answer, OM's position and the removal of observed messages from the state."""
+        update: dict[str, Any] = {POSITION_KEY: position}
+        if self.remove_observed:
+            # only ids that are in state now: an outer middleware may have rewritten request.messages
+            in_state = {m.id for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)}
+            observed = self.om.observed_state_ids(branch, request.messages, context, resource_id=resource_id,
+                                                  keep_unobserved=self.keep_in_state == "unobserved")
+            removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
+            if removals:
+                update["messages"] = removals
+        return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+    async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, dict[str, Any], str, str | None]:
+        config = _run_config()
+        return await aprocess_at_checkpoint(self.om, request.state or {}, _plain(request.messages), config,
+                                            live=True, current_model=model_id(request.model))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        context, position, branch, resource_id = await self._astep(request)
+        if context.aborted:
+            return ExtendedModelResponse(model_response=ModelResponse(result=[tripwire_message(context.aborted)]),
+                                         command=Command(update={POSITION_KEY: position}))
+        response = await handler(self._request(request, context))
+        return self._with_removals(response, request, context, branch, resource_id, position)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        context, position, branch, resource_id = self.om._loop.run(self._astep(request))
+        if context.aborted:
+            return ExtendedModelResponse(model_response=ModelResponse(result=[tripwire_message(context.aborted)]),
+                                         command=Command(update={POSITION_KEY: position}))
+        response = handler(self._request(request, context))
+        return self._with_removals(response, request, context, branch, resource_id, position)
+
+    async def aafter_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), _run_config())
+        return {POSITION_KEY: position}
+
+    def after_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        config = _run_config()
+        position = self.om._loop.run(aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config))
+        return {POSITION_KEY: position}
+
+
+def _plain(messages: Sequence[Any]) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for message in messages:
+        if not isinstance(message, BaseMessage):
+            raise TypeError(f"messages: expected BaseMessage objects, got {type(message).__name__}")
+        out.append(message)
+    return out
