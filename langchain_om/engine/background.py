@@ -126,13 +126,6 @@ async def _stage_chunk(core: EngineCore, step: StepState, chosen: Sequence[Store
 
 
 async def _flag_failure(core: EngineCore, step: StepState, flag: str) -> None:
-    """Record that background work failed (retried on a concurrent commit, so it is not lost)."""
+    """Record that background work failed, so the next step observes or reflects synchronously."""
     async with core._loans.hold(step.key, core._lock(step.key)):  # a waiting step may lend its lock
-        for _attempt in range(MAX_COMMIT_RETRIES):
-            record = await core.aload_record(step.resource_id, step.thread_id)
-            if record.metadata.get(flag) is True:
-                return
-            updated = record.model_copy(deep=True)
-            updated.metadata[flag] = True
-            if await core.commit_quietly(updated, record.version):
-                return
+        await core.amark_record(step.resource_id, step.thread_id, {flag: True})

@@ -54,7 +54,7 @@ from ..store.base import (
 )
 from .buffer_handoff import LockLoans
 from .live_runs import LiveRuns
-from .state import lru_put
+from .state import MAX_COMMIT_RETRIES, lru_put
 from .tasks import BackgroundTasks
 
 logger = logging.getLogger("langchain_om")
@@ -333,6 +333,24 @@ class EngineCore:
             return True
         except RecordConflictError:
             return False
+
+    async def amark_record(self, resource_id: str, thread_id: str, marks: dict[str, Any]) -> OMRecord:
+        """Set ``marks`` in the latest record's metadata; a concurrent commit is retried, not lost.
+
+        Failure flags and the reflection hold are facts about the record that every worker must
+        see, so they are written on whatever record is current, not on the one a cycle started from.
+        """
+        record = await self.aload_record(resource_id, thread_id)
+        for _attempt in range(MAX_COMMIT_RETRIES):
+            if all(record.metadata.get(key) == value for key, value in marks.items()):
+                return record
+            updated = record.model_copy(deep=True)
+            updated.metadata.update(marks)
+            try:
+                return await self.store.acommit_record(updated, expected_version=record.version)
+            except RecordConflictError:
+                record = await self.aload_record(resource_id, thread_id)
+        return record
 
     # --------------------------------------------------------------- caches
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from ..foundation.events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
 from ..foundation.hooks import Trigger
@@ -70,20 +71,11 @@ def _set_hold(record: OMRecord, outcome: Reflected) -> None:
 
 
 async def _hold(core: EngineCore, step: StepState, log_tokens: int, flag: str | None = None) -> OMRecord:
-    """Record a failed reflection cycle (retried on a concurrent commit, so it is not lost)."""
-    record = await core.aload_record(step.resource_id, step.thread_id)
-    for _attempt in range(MAX_COMMIT_RETRIES):
-        if record.metadata.get(planner.REFLECTION_HOLD) == log_tokens and (flag is None or record.metadata.get(flag)):
-            return record
-        updated = record.model_copy(deep=True)
-        updated.metadata[planner.REFLECTION_HOLD] = log_tokens
-        if flag is not None:
-            updated.metadata[flag] = True
-        try:
-            return await core.store.acommit_record(updated, expected_version=record.version)
-        except RecordConflictError:
-            record = await core.aload_record(step.resource_id, step.thread_id)
-    return record
+    """Record a reflection cycle that stayed over the target or failed: no new one until the log grows."""
+    marks: dict[str, Any] = {planner.REFLECTION_HOLD: log_tokens}
+    if flag is not None:
+        marks[flag] = True
+    return await core.amark_record(step.resource_id, step.thread_id, marks)
 
 
 def apply_reflection(core: EngineCore, record: OMRecord, covered: Sequence[str], result: CycleResult | None,
