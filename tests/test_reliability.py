@@ -103,7 +103,9 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             # a turn some way past the last one reached, then a random slice of time into the
             # following step, so the kill lands inside storing, observing, activating or committing
             target = min(reached + rng.randint(4, 2 * TURNS // KILLS), TURNS - 2)
-            proc = spawn(url, "--delay", "0.01")
+            # resumes near where the last one died (re-sending the history in its first step), and
+            # waits at most 2 s for the killed worker's leases to lapse
+            proc = spawn(url, "--delay", "0.01", "--resume", "--lease-ttl", "2000")
             assert proc.stdout is not None
             for line in proc.stdout:
                 if line.startswith("turn "):
@@ -119,7 +121,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             kill_points.append(target)
             # the store must be consistent after every kill, not only at the end
             asyncio.run(_consistent_so_far(url))
-        proc = spawn(url, "--delay", "0.01")
+        proc = spawn(url, "--delay", "0.01", "--lease-ttl", "2000")  # from turn 0: every turn re-sent once more
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err
         assert "done" in out
