@@ -127,8 +127,11 @@ async def preload_om(store: OMStore, history: list[BaseMessage], counter: TokenC
     ``observation_tokens`` and an unobserved tail of ``unobserved_tokens``."""
     await store.asetup()
     await store.aensure_thread(implicit_resource(THREAD), THREAD)
-    rows = [NewMessage(id=m.id or "", data=dump_message(m), tokens=counter.count_message(m),
-                       created_at=message_timestamp(m) or START) for m in history]
+    rows: list[NewMessage] = []
+    for m in history:
+        tokens = counter.count_message(m)  # before dumping, as OM does: the row keeps the counter's fingerprint
+        rows.append(NewMessage(id=m.id or "", data=dump_message(m), tokens=tokens,
+                               created_at=message_timestamp(m) or START))
     for start in range(0, len(rows), 2000):
         await store.aappend_messages(implicit_resource(THREAD), THREAD, rows[start:start + 2000])
     tail = 0
