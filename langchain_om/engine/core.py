@@ -31,7 +31,7 @@ from ..foundation._loop import LoopThread
 from ..foundation.config import OMConfig, OMConfigError
 from ..foundation.events import OMEvent
 from ..foundation.hooks import ObserveHooks
-from ..foundation.inputs import KnownMessage
+from ..foundation.inputs import KnownMessage, known_from_rows
 from ..foundation.messages import load_message
 from ..foundation.run_steps import RunSteps
 from ..foundation.tokens import TokenCounter, get_token_counter
@@ -228,8 +228,6 @@ class EngineCore:
                              parsed: dict[str, BaseMessage] | None = None) -> None:
         """A thread created with exactly ``rows`` (a fork): its known ids, and parsed copies when
         the caller has them, so its first step neither looks ids up nor parses again."""
-        from ..foundation.inputs import known_from_rows
-
         key = record_key(resource_id, thread_id)
         self._known_ids[key] = known_from_rows(rows)
         if parsed:

@@ -23,6 +23,7 @@ from .backlog import split_backlog
 from .core import EngineCore
 from .leases import lease_name, wait_for_lease, wait_until_free
 from .model_runs import apply_hints, arun_observer
+from .resource_scope import aobserve_resource
 from .state import MAX_COMMIT_RETRIES, CycleResult, StepState
 from .titles import aapply_title
 
@@ -68,7 +69,6 @@ async def _observe_held(core: EngineCore, step: StepState, record: OMRecord, pla
             return record
         plan = replanned
     if core.config.scope == "resource":
-        from .resource_scope import aobserve_resource
 
         return await aobserve_resource(core, step, record, trigger="turn-sync")
     cut = plan.cut
@@ -137,7 +137,6 @@ def apply_observation(
 async def aobserve_manual(core: EngineCore, step: StepState, record: OMRecord) -> OMRecord:
     """Observe every unobserved message now (trigger ``manual``), up to a safe cut."""
     if core.config.scope == "resource":
-        from .resource_scope import aobserve_resource
 
         return await aobserve_resource(core, step, record, trigger="manual")
     window = await core.awindow(record, step.resource_id, step.thread_id)
