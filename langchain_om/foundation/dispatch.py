@@ -1,7 +1,8 @@
 """Delivering OM's data-part events into a run: LangChain custom events and LangGraph's
 custom stream.
 
-The engine hands every event to ``dispatch_events`` (or its sync twin); the handlers that
+The engine hands every event to ``dispatch_events`` (sync callers reach it through the
+engine's async path, with the run's config); the handlers that
 collect or draw them for users live in ``callbacks`` (the integrations layer), which this
 module does not need to know about.
 """
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks.base import BaseCallbackManager
-from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.callbacks.manager import adispatch_custom_event
 from langchain_core.runnables import RunnableConfig, ensure_config
 
 from .events import OMEvent
@@ -107,30 +108,6 @@ async def dispatch_events(events: Sequence[OMEvent], config: RunnableConfig | No
                 await adispatch_custom_event(event.type, part, config=config)
             except RuntimeError:
                 pass  # not inside a run after all: nobody to tell
-            except Exception:
-                logger.exception("langchain-om could not dispatch %s", event.type)
-        if writer is not None:
-            _write(writer, event.to_langchain_js_payload() if flat else part, event.type)
-
-
-def dispatch_events_sync(events: Sequence[OMEvent], config: RunnableConfig | None) -> None:
-    """Sync twin of ``dispatch_events``, for sync graph nodes and middleware hooks.
-
-    Called in the run's own thread, so callback handlers and the custom-stream writer see the
-    events exactly as they would from an async node.
-    """
-    audience = _audience(config) if events else None
-    if audience is None:
-        return
-    writer, in_run = audience
-    flat = _stream_format(config) == "ai-sdk-langchain"
-    for event in events:
-        part = event.to_part()
-        if in_run:
-            try:
-                dispatch_custom_event(event.type, part, config=config)
-            except RuntimeError:
-                pass  # not inside a run after all
             except Exception:
                 logger.exception("langchain-om could not dispatch %s", event.type)
         if writer is not None:

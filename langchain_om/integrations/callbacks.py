@@ -12,7 +12,6 @@ from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 
-from ..foundation.dispatch import STREAM_FORMAT_KEY, STREAM_FORMATS, dispatch_events, dispatch_events_sync
 from ..foundation.events import (
     EVENT_TYPES,
     ActivationEvent,
@@ -30,13 +29,9 @@ from ..foundation.events import (
 )
 
 __all__ = [
-    "STREAM_FORMATS",
-    "STREAM_FORMAT_KEY",
     "OMConsoleHandler",
     "OMEventHandler",
     "SyncOMEventHandler",
-    "dispatch_events",
-    "dispatch_events_sync",
 ]
 
 
