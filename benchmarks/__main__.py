@@ -25,6 +25,7 @@ from . import (
     step_cost,
     storage,
     token_counting,
+    wirings,
 )
 from .common import RESULTS_DIR, write_result
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "token_counting": token_counting, "storage": storage, "search": search, "scale": scale,
-               "branches": branches}
+               "branches": branches, "wirings": wirings}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

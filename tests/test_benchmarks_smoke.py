@@ -14,7 +14,17 @@ from typing import Any
 import pytest
 
 from benchmarks import __main__ as suite
-from benchmarks import agent_step, branches, buffering, prompt_tokens, search, step_cost, storage, token_counting
+from benchmarks import (
+    agent_step,
+    branches,
+    buffering,
+    prompt_tokens,
+    search,
+    step_cost,
+    storage,
+    token_counting,
+    wirings,
+)
 from benchmarks.common import conversation, percentile, summary, turn_messages
 from benchmarks.history import COLD_SAMPLES, PromptMeter, bench_counter
 
@@ -158,6 +168,17 @@ def test_branches_quick_times_steps_and_forks() -> None:
         assert per[size]["fork_step_ms"]["n"] == 1
         assert per[size]["rows_copied_per_fork"] > 0 and per[size]["snapshot_bytes"] > 0
     assert "memory: checkpoint step / plain step at 120 (p50)" in payload["ratios"]
+
+
+def test_wirings_quick_times_every_wiring_at_each_size() -> None:
+    payload = wirings.run(_ns(wirings, wiring_sizes=[40, 120], wiring_steps=2))
+    assert {c["wiring"] for c in payload["cases"]} == set(wirings.WIRINGS)
+    for case in payload["cases"]:
+        assert case["step_ms"]["n"] == 2 and case["cold_ms"] > 0
+        # every step stored its new messages on the one thread (a user message, and a reply)
+        assert case["stored_after"] >= case["history"] + 3
+    assert len(payload["target"]["verdicts"]) == len(wirings.WIRINGS)
+    assert "agent: p50 at 120 / p50 at 40 (flat = 1)" in payload["ratios"]
 
 
 def test_search_quick_sqlite_only() -> None:

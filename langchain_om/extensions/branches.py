@@ -50,6 +50,7 @@ SNAPSHOT_NAMESPACE = "om-branch"
 """Key-value namespace of record snapshots and working memory documents, per resource."""
 _WM_NAMESPACE = "working_memory"
 _SCAN_LIMIT = 256  # rows read past a position to tell a retried step from a fork
+_NEWEST_PAGE = 8  # rows read from the newest end to find the newest message (edits are rare)
 
 
 class ForeignResourceError(ValueError):
@@ -220,20 +221,29 @@ async def _fork_point(
     incoming = _ids(messages)
     if not incoming:
         return None
-    # a checkpoint from before OM's first step (no position): the newest row the state holds
-    newest_message: int | None = None
+    # a checkpoint from before OM's first step, or a caller with no checkpointer (no position):
+    # the caller runs from the past when the branch holds a message newer than the newest one
+    # the state holds. Cost: the newest rows and an id lookup, never a walk down the history.
+    newest = await _newest_message_seq(om, resolved, branch, incoming)
+    if newest is None:
+        return None  # the newest stored message is in the state: the step continues the branch
+    found = await om.store.aget_messages_by_ids(resolved, branch, sorted(incoming))
+    held = [row.seq for row in found if row.kind == "message" and row.seq < newest]
+    # none held: the state shares nothing with the stored thread (a stateless caller sending
+    # only its new messages), so there is nothing to go back to
+    return max(held) if held else None
+
+
+async def _newest_message_seq(om: MemoryHost, resolved: str, branch: str, incoming: set[str]) -> int | None:
+    """The ``seq`` of the branch's newest message row, or None when the state holds that message."""
     before: int | None = None
     while True:
-        rows = await om.store.aget_messages(resolved, branch, before_seq=before, limit=_SCAN_LIMIT, descending=True)
+        rows = await om.store.aget_messages(resolved, branch, before_seq=before, limit=_NEWEST_PAGE, descending=True)
         if not rows:
-            return None  # the state shares nothing with the stored thread: nothing to go back to
+            return None
         for row in rows:
-            if row.kind != "message":
-                continue
-            if row.id in incoming:
-                return None if newest_message is None else row.seq
-            if newest_message is None:
-                newest_message = row.seq
+            if row.kind == "message":
+                return None if row.id in incoming else row.seq
         before = rows[-1].seq
 
 
