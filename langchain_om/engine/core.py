@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
@@ -126,7 +127,9 @@ class EngineCore:
         self._setup_lock: asyncio.Lock | None = None
         self._setup_loop: asyncio.AbstractEventLoop | None = None
         self._is_setup = False
-        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        # a lock lives as long as someone holds, awaits or is about to take it (a task's frame keeps
+        # it alive), and not a moment longer: no eviction can hand two tasks two locks for one key
+        self._locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
         self._known_ids: dict[str, dict[str, KnownMessage]] = {}  # thread -> stored id -> fingerprint, seq
         self._caller_lists: OrderedDict[str, list[BaseMessage]] = OrderedDict()  # thread -> caller's last list
         self._thread_born: OrderedDict[str, datetime] = OrderedDict()  # thread incarnation seen by the caches
@@ -263,7 +266,8 @@ class EngineCore:
         if cached is not None and isinstance(self.store, SupportsRecordStamp):
             stamp = await self.store.aget_record_stamp(resource_id, record_thread)
             if stamp is not None and stamp == (cached.version, cached.updated_at):
-                self._records.move_to_end(key)
+                if key in self._records:  # another task may have evicted it during the await: a miss, not an error
+                    self._records.move_to_end(key)
                 return cached
         record = await self.store.aget_record(resource_id, record_thread)
         if record is not None:
@@ -304,7 +308,8 @@ class EngineCore:
             if refresh and await self.store.alast_seq(resource_id, thread_id) > newest:
                 rows = rows.plus(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
             newest = rows[-1].seq if rows else newest
-        self._windows[key] = WindowCache(record.id, after, newest, rows)
+        if key in self._recent_threads:  # a thread evicted during the reads stays forgotten (bounded)
+            self._windows[key] = WindowCache(record.id, after, newest, rows)
         return rows
 
     _window = awindow
@@ -360,6 +365,11 @@ class EngineCore:
             old, _ = self._recent_threads.popitem(last=False)
             self.forget_thread(old)
 
+    def keeps_thread(self, cache_key: str) -> bool:
+        """Whether the thread is still among the ``cache_limit`` recent ones: a step that finds it
+        evicted after an ``await`` writes nothing back into the caches (a cold step next time)."""
+        return cache_key in self._recent_threads
+
     def forget_thread(self, cache_key: str) -> None:
         """Drop one thread's in-process state (its next step is a cold step)."""
         for cache in (self._known_ids, self._caller_lists, self._thread_born, self._message_cache, self._windows,
@@ -369,7 +379,7 @@ class EngineCore:
     def touch_record(self, key: str) -> None:
         """Mark a record as recently used; forget the per-record state of the least recently used
         beyond the limit: step numbers, undelivered background events, cached record and rendered
-        log, and its locks when no one holds or waits for them."""
+        log. (Locks need no eviction: ``_locks`` keeps each only while some task refers to it.)"""
         self._recent_records[key] = None
         self._recent_records.move_to_end(key)
         excess = len(self._recent_records) - self.cache_limit
@@ -380,9 +390,6 @@ class EngineCore:
         for old in idle:
             del self._recent_records[old]
             self.forget_record(old)
-            for lock_key in [k for k in self._locks if k[1] == old]:
-                if _idle(self._locks[lock_key]):
-                    del self._locks[lock_key]
 
     def forget_record(self, key: str) -> None:
         """Drop one record's in-process state."""
@@ -441,7 +448,3 @@ class EngineCore:
         key = record_key(self.resolve_resource(thread_id, resource_id), self.record_thread(thread_id))
         return lambda loop: self._tasks.on_loop(loop, key)
 
-
-def _idle(lock: asyncio.Lock) -> bool:
-    """Nobody holds the lock and nobody waits for it (so a new one may stand in for it)."""
-    return not lock.locked() and not getattr(lock, "_waiters", None)

@@ -8,9 +8,10 @@ thread looks up only the ids the caller passes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
@@ -19,6 +20,8 @@ from ..foundation.messages import dump_message, ensure_id, message_timestamp
 from ..store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id, record_key
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
+
+_C = TypeVar("_C", bound=dict[Any, Any])
 
 
 @dataclass
@@ -60,8 +63,9 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         ids = [m.id for m in messages if isinstance(m, BaseMessage) and m.id]
         found = await core.store.aget_messages_by_ids(resource_id, thread_id, ids) if ids else []
         known = known_from_rows(sorted(found, key=lambda row: row.seq))
-        core._known_ids[cache_key] = known
-    cache = core._message_cache.setdefault(cache_key, OrderedDict())
+        if core.keeps_thread(cache_key):  # else evicted during the read: this step runs cold, the cache stays bounded
+            core._known_ids[cache_key] = known
+    cache = _thread_cache(core, core._message_cache, cache_key, OrderedDict)
     # the caller's list of the last step is taken out until this step has stored and settled
     # everything in it: a step that fails half-way makes the next one look at the whole list
     caller_list = core._caller_lists.pop(cache_key, [])
@@ -132,8 +136,8 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
     """An unobserved message takes its new content in place; an observed one gets an ``edit``
     row after the newest message, which the Observer reads as a correction."""
     cache_key = record_key(step.resource_id, step.thread_id)
-    known = core._known_ids.setdefault(cache_key, {})
-    cache = core._message_cache.setdefault(cache_key, OrderedDict())
+    known = _thread_cache(core, core._known_ids, cache_key, dict)
+    cache = _thread_cache(core, core._message_cache, cache_key, OrderedDict)
     watermark = record.last_observed_seq.get(step.thread_id, 0)
     corrections: list[NewMessage] = []
     for message in edited:
@@ -154,6 +158,17 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
         inserted = await core.store.aappend_messages(step.resource_id, step.thread_id, corrections)
         for listener in core.message_listeners:
             await listener(core, step.resource_id, step.thread_id, inserted)
+
+
+def _thread_cache(core: EngineCore, caches: dict[str, _C], cache_key: str, make: Callable[[], _C]) -> _C:
+    """The thread's entry of one per-thread cache, created if missing; a thread another task
+    evicted across an ``await`` gets a private one, so the caches never outgrow ``cache_limit``."""
+    entry = caches.get(cache_key)
+    if entry is None:
+        entry = make()
+        if core.keeps_thread(cache_key):
+            caches[cache_key] = entry
+    return entry
 
 
 def _extend_window(core: EngineCore, cache_key: str, inserted: list[StoredMessage]) -> None:
