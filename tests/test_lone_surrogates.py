@@ -72,6 +72,9 @@ async def test_a_lone_surrogate_is_stored_losslessly_and_indexed_and_prompted_as
     for query in ("report", "報告書"):
         found = result_dict(await tool.ainvoke({"mode": "search", "query": query}))
         assert "t0" in found["results"] and "a1" in found["results"], (query, found)
+        json.dumps(found, ensure_ascii=False).encode("utf-8")  # the tool result goes to the agent's model
+    page = result_dict(await tool.ainvoke({"mode": "messages", "cursor": "t0", "detail": "high"}))
+    assert "report-\ufffd.txt" in page["messages"], page
 
 
 async def test_a_thread_holding_a_row_with_a_lone_surrogate_recovers(store: OMStore) -> None:
