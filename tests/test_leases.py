@@ -142,3 +142,25 @@ async def test_a_cancel_that_lands_while_a_lease_stops_its_heartbeat_is_not_swal
     assert not reached_the_call
     assert await _try(store, name, "other", 1.0), "the lease was given back"
     await _release(store, name, "other")
+
+
+
+@pytest.mark.parametrize("store_kind", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+@pytest.mark.parametrize(("holder_skew", "taker_skew"), [(0.0, 60.0), (-60.0, 0.0)], ids=["taker-ahead", "holder-behind"])
+async def test_postgres_leases_run_on_the_servers_clock(store: OMStore, monkeypatch: pytest.MonkeyPatch,
+                                                        holder_skew: float, taker_skew: float) -> None:
+    """Issue 30, item 9: a worker whose clock is a minute ahead does not take a live lease, and
+    one whose clock is a minute behind does not take one that is already expired for the
+    others: acquisition and expiry are the server's time, not each worker's."""
+    name = lease_name(record_key("r1", "skew"), "observe")
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + holder_skew)
+    assert await _try(store, name, "holder", 30)
+    monkeypatch.setattr(time, "time", lambda: real() + taker_skew)
+    assert not await _try(store, name, "taker", 30), "a live lease was taken"
+    monkeypatch.setattr(time, "time", lambda: real() + holder_skew)
+    assert await _try(store, name, "holder", 0.2), "the holder renews it"
+    monkeypatch.setattr(time, "time", lambda: real() + taker_skew)
+    assert not await _try(store, name, "taker", 30)
+    await asyncio.sleep(0.4)
+    assert await _try(store, name, "taker", 30), "it still expires after its ttl"

@@ -140,6 +140,7 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
     cache = _thread_cache(core, core._message_cache, cache_key, OrderedDict)
     watermark = record.last_observed_seq.get(step.thread_id, 0)
     corrections: list[NewMessage] = []
+    rewritten: list[str] = []
     for message in edited:
         mid = str(message.id)
         entry = known.get(mid)
@@ -149,7 +150,9 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
         fingerprint = message_fingerprint(message)
         replaced = entry.seq > watermark and await core.store.areplace_message(
             step.resource_id, step.thread_id, mid, dump_message(message), tokens)
-        if not replaced:
+        if replaced:
+            rewritten.append(mid)
+        else:
             corrections.append(edit_row(message, tokens, step.now))
         known[mid] = KnownMessage(fingerprint, entry.seq)
         cache[mid] = message
@@ -158,6 +161,11 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
         inserted = await core.store.aappend_messages(step.resource_id, step.thread_id, corrections)
         for listener in core.message_listeners:
             await listener(core, step.resource_id, step.thread_id, inserted)
+    if rewritten and core.message_listeners:
+        # rows rewritten in place are new text to index: the store dropped their old vectors
+        rows = await core.store.aget_messages_by_ids(step.resource_id, step.thread_id, rewritten)
+        for listener in core.message_listeners:
+            await listener(core, step.resource_id, step.thread_id, rows)
 
 
 def _thread_cache(core: EngineCore, caches: dict[str, _C], cache_key: str, make: Callable[[], _C]) -> _C:

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from langchain_core.embeddings import Embeddings
 
-from ..store.base import OMStore, VectorBatch, VectorItem
+from ..store.base import OMStore, VectorBatch, VectorItem, replace_lone_surrogates
 from ..store.search import encode_vector
 
 DEFAULT_CACHED_RESOURCES = 4
@@ -170,7 +170,7 @@ class StoreVectorIndex:
         self, resource_id: str, query: str, *, k: int, thread_id: str | None = None
     ) -> list[VectorHit]:
         """The ``k`` messages of the resource (or one thread) most similar to ``query`` (cosine)."""
-        query_vector = np.asarray(await self.embeddings.aembed_query(query), dtype=np.float32)
+        query_vector = np.asarray(await self.embeddings.aembed_query(replace_lone_surrogates(query)), dtype=np.float32)
         resident = await self._current(resource_id)
         if resident.size == 0 or query_vector.shape[0] != resident.dim:
             return []

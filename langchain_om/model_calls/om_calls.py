@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..foundation.config import ModelSettings
+from ..store.base import replace_lone_surrogates
 from .failures import FAILURE_LOG, attempt_timeout, backoff_delay, classify_error
 from .spend import add_to_process
 
@@ -67,6 +68,32 @@ def message_text(message: BaseMessage) -> str:
     return "".join(parts)
 
 
+def wire_safe(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The prompt with every lone surrogate replaced by U+FFFD: a provider sends it as UTF-8,
+    which cannot hold one (a message quoting ``os.fsdecode`` of a non-UTF-8 file name would
+    fail every call, and the thread's memory with it). Unchanged messages are passed as they are."""
+    safe: list[BaseMessage] = []
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            cleaned: Any = replace_lone_surrogates(content)
+            changed = cleaned is not content
+        else:
+            cleaned = [_safe_block(block) for block in content]
+            changed = any(new is not old for new, old in zip(cleaned, content, strict=True))
+        safe.append(message.model_copy(update={"content": cleaned}) if changed else message)
+    return safe
+
+
+def _safe_block(block: Any) -> Any:
+    if isinstance(block, str):
+        return replace_lone_surrogates(block)
+    if isinstance(block, dict) and isinstance(block.get("text"), str):
+        text = replace_lone_surrogates(block["text"])
+        return block if text is block["text"] else {**block, "text": text}
+    return block
+
+
 def _bind_settings(model: ChatRunnable, settings: ModelSettings | None, provider_options: Mapping[str, Any]) -> Any:
     """Bind only the kwargs the model declares, so no provider receives an unknown parameter."""
     if not isinstance(model, BaseChatModel):
@@ -115,6 +142,7 @@ async def acall_om_model(
     errors: list[tuple[str, int, BaseException]] = []
     attempts = 0
     config = _call_config(str(role))
+    messages = wire_safe(messages)
     for link in links:
         name = describe_model(link.spec) if not callable(link.spec) or _is_model_instance(link.spec) else "model"
         try:

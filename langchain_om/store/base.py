@@ -12,6 +12,7 @@ twice on any backend.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -298,6 +299,24 @@ def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
             # SQL stores cannot hold them, and the same id must be valid on every store.
             raise InvalidStoreInput(field, "must not contain lone surrogates (not valid Unicode text)") from None
     return value
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_lone_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, the copy that indexes and models get.
+
+    Python strings may hold them (``os.fsdecode`` of a non-UTF-8 file name gives ``\\udcff``),
+    but UTF-8 cannot: a full-text index, an embedder or a provider's HTTP body would fail on
+    them. Stored messages keep the original (their JSON escapes it), so nothing is lost."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text)
+    return text
 
 
 IMPLICIT_RESOURCE_PREFIX = "\x1ethread:"

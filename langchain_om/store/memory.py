@@ -326,8 +326,20 @@ class InMemoryStore:
                 if row.id == message_id and not row.observed and row.kind == "message":
                     rows[index] = row.model_copy(update={"data": new.data, "tokens": new.tokens})
                     self._words.pop((thread_id, message_id), None)
+                    self._drop_vectors(resource_id, thread_id, message_id)
                     return True
             return False
+
+    def _drop_vectors(self, resource_id: str, thread_id: str, message_id: str) -> None:
+        """Forget an edited message's embeddings (every space), counted as deletions so a cached
+        copy of the resource's vectors reloads (the caller holds the lock)."""
+        for key, rows in self._vectors.items():
+            if key[0] == resource_id:
+                kept = [v for v in rows if (v[1], v[2]) != (thread_id, message_id)]
+                if len(kept) != len(rows):
+                    self._vector_deletions[resource_id] = self._vector_deletions.get(resource_id, 0) + len(rows) - len(kept)
+                    rows[:] = kept
+                    self._vector_keys.discard((thread_id, message_id, key[1]))
 
     async def acount_messages(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)

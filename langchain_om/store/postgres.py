@@ -111,6 +111,14 @@ def _message(row: dict[str, Any]) -> StoredMessage:
     )
 
 
+
+def _search_entries(
+    resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str
+) -> list[tuple[str, str, str, str]]:
+    """The keyword index rows (``INSERT_SEARCH``'s parameters) of one message: none without text."""
+    text = search_text(data, kind)
+    return [(resource_id, thread_id, message_id, text)] if text else []
+
 class PostgresStore(PostgresRecords):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
 
@@ -345,8 +353,7 @@ class PostgresStore(PostgresRecords):
                 rows.append(
                     (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at)
                 )
-                if text := search_text(message.data, message.kind):
-                    entries.append((resource_id, thread_id, message.id, text))
+                entries.extend(_search_entries(resource_id, thread_id, message.id, message.data, message.kind))
                 inserted.append(
                     StoredMessage(
                         id=message.id,
@@ -429,6 +436,8 @@ class PostgresStore(PostgresRecords):
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
+        """Rewrite an unobserved message in place, with its index entry; its stored vectors are
+        dropped (the caller embeds the new text), so no search finds the old words."""
         resource_id, thread_id, new, _text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
         async with self._tx() as cur:
             await cur.execute(
@@ -438,7 +447,45 @@ class PostgresStore(PostgresRecords):
                 ),
                 (jsonb(new.data, "data"), new.tokens, resource_id, thread_id, message_id),
             )
-            return bool(cur.rowcount)
+            if not cur.rowcount:
+                return False
+            await self._reindex_message(cur, resource_id, thread_id, message_id, new.data, new.kind)
+            await cur.execute(
+                self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND message_id = %s "
+                        "AND resource_id = %s"),
+                (thread_id, message_id, resource_id),
+            )
+            if cur.rowcount > 0:
+                await cur.execute(
+                    self._q(
+                        "INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) "
+                        "ON CONFLICT (resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + "
+                        "excluded.deleted"
+                    ),
+                    (resource_id, cur.rowcount),
+                )
+            return True
+
+    async def _reindex_message(
+        self, cur: Cursor, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str
+    ) -> None:
+        """An edited message's keyword index entry, rewritten in place (its ``pos``, the recency
+        search ranks candidates by, stays), added if it had none, removed if it has no text now."""
+        entries = _search_entries(resource_id, thread_id, message_id, data, kind)
+        if not entries:
+            await cur.execute(
+                self._q("DELETE FROM {s}.message_search WHERE thread_id = %s AND message_id = %s "
+                        "AND resource_id = %s"),
+                (thread_id, message_id, resource_id),
+            )
+            return
+        await cur.execute(
+            self._q(f"UPDATE {{s}}.message_search SET search = to_tsvector('{SEARCH_CONFIG}', %s) "
+                    "WHERE thread_id = %s AND message_id = %s AND resource_id = %s"),
+            (entries[0][3], thread_id, message_id, resource_id),
+        )
+        if not cur.rowcount:
+            await cur.executemany(self._q(INSERT_SEARCH), entries)
 
     async def acount_messages(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)

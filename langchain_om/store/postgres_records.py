@@ -9,7 +9,6 @@ docstring for the concurrency rules).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -46,6 +45,10 @@ OBSERVED_THROUGH_SQL = (
 past the last row must not cover rows appended later)."""
 
 
+_SERVER_EPOCH = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+"""The server's time in epoch seconds: the one clock all workers share (a lease's ``expires_at``)."""
+
+
 class PostgresRecords(PostgresConnection):
     """Records (compare-and-swap), leases and values of a PostgreSQL store."""
 
@@ -74,16 +77,19 @@ class PostgresRecords(PostgresConnection):
         """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
 
         A lease row with an expiry rather than an advisory lock: an advisory lock lives as long as
-        its session, and pooled connections outlive the worker step that took it."""
-        now = time.time()
+        its session, and pooled connections outlive the worker step that took it. Expiry is the
+        server's clock (``clock_timestamp()``), never a worker's: a host whose clock runs a minute
+        ahead would otherwise take live leases, and one running behind would hand out dead ones."""
         async with self._tx() as cur:
             await cur.execute(
                 self._q(
-                    "INSERT INTO {s}.leases (name, owner, expires_at) VALUES (%s, %s, %s) ON CONFLICT (name) "
+                    "INSERT INTO {s}.leases (name, owner, expires_at) "
+                    f"VALUES (%s, %s, {_SERVER_EPOCH} + %s::double precision) ON CONFLICT (name) "
                     "DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at "
-                    "WHERE {s}.leases.expires_at < %s OR {s}.leases.owner = excluded.owner RETURNING owner"
+                    f"WHERE {{s}}.leases.expires_at < {_SERVER_EPOCH} OR {{s}}.leases.owner = excluded.owner "
+                    "RETURNING owner"
                 ),
-                (name, owner, now + ttl_s, now),
+                (name, owner, float(ttl_s)),
             )
             return await cur.fetchone() is not None
 

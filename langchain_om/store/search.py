@@ -27,6 +27,7 @@ from .base import (  # the result types live with the store protocol that return
     check_id,
     check_resource_id,
     check_thread_id,
+    replace_lone_surrogates,
 )
 
 MAX_QUERY_CHARS = 10_000
@@ -75,7 +76,8 @@ def search_text(data: Mapping[str, Any], kind: str = "message") -> str:
     if data.get("type") == "tool" and isinstance(inner.get("name"), str):
         texts.append(inner["name"])
     text = "\n".join(text for text in texts if text.strip()).replace("\x00", " ")
-    return text[:MAX_INDEXED_CHARS]
+    # the index holds UTF-8: a lone surrogate is indexed as U+FFFD (the stored row keeps it)
+    return replace_lone_surrogates(text[:MAX_INDEXED_CHARS])
 
 
 def check_query(query: Any) -> str:

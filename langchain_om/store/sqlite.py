@@ -275,6 +275,48 @@ class SQLiteStore(SQLiteRecords):
             "UPDATE records SET version = ?, body = ?, updated_at = ? WHERE key = ?", (version, body, u.iso(now), key)
         )
 
+    def _index_message(
+        self, conn: sqlite3.Connection, scope: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str,
+        *, replacing: bool = False,
+    ) -> None:
+        """The keyword index entry of one message, written in the caller's transaction: added with
+        the message, rewritten in place (same rowid, so its recency stays) when it is edited."""
+        if not self._fts:
+            return
+        text = search_text(data, kind)
+        if replacing:
+            row = conn.execute(
+                "SELECT rowid FROM message_search WHERE message_search MATCH ? AND message_id = ? LIMIT 1",
+                (f'scope : "{scope_token("t", thread_id)}"', message_id),
+            ).fetchone()
+            if row is not None:
+                if text:
+                    conn.execute("UPDATE message_search SET body = ? WHERE rowid = ?", (text, row[0]))
+                else:
+                    conn.execute("DELETE FROM message_search WHERE rowid = ?", (row[0],))
+                return
+        if text:
+            conn.execute(
+                "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
+                (text, scope, thread_id, message_id),
+            )
+
+    @staticmethod
+    def _drop_vectors(conn: sqlite3.Connection, resource_id: str, thread_id: str, message_ids: Sequence[str]) -> None:
+        """Forget the stored embeddings of messages (every space), counted as deletions so a
+        cached copy of the resource's vectors reloads."""
+        marks = ", ".join("?" * len(message_ids))
+        dropped = conn.execute(
+            f"DELETE FROM message_vectors WHERE thread_id = ? AND message_id IN ({marks}) AND resource_id = ?",
+            (thread_id, *message_ids, resource_id),
+        ).rowcount
+        if dropped:
+            conn.execute(
+                "INSERT INTO vector_deletions (resource_id, deleted) VALUES (?, ?) ON CONFLICT (resource_id) "
+                "DO UPDATE SET deleted = deleted + excluded.deleted",
+                (resource_id, dropped),
+            )
+
     # ---- messages -----------------------------------------------------------------------
 
     async def aappend_messages(
@@ -319,11 +361,7 @@ class SQLiteStore(SQLiteRecords):
                     if not added:
                         continue
                     last += 1
-                    if self._fts and (text := search_text(message.data, message.kind)):
-                        conn.execute(
-                            "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
-                            (text, scope, thread_id, message.id),
-                        )
+                    self._index_message(conn, scope, thread_id, message.id, message.data, message.kind)
                     inserted.append(
                         StoredMessage(
                             id=message.id,
@@ -403,6 +441,8 @@ class SQLiteStore(SQLiteRecords):
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
+        """Rewrite an unobserved message in place, with its index entry; its stored vectors are
+        dropped (the caller embeds the new text), so no search finds the old words."""
         resource_id, thread_id, new, text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
 
         def run(conn: sqlite3.Connection) -> bool:
@@ -412,6 +452,10 @@ class SQLiteStore(SQLiteRecords):
                     "AND observed = 0 AND kind = 'message'",
                     (text, new.tokens, thread_id, message_id, resource_id),
                 ).rowcount
+                if changed:
+                    self._index_message(conn, search_scope(resource_id, thread_id), thread_id, message_id, new.data,
+                                        new.kind, replacing=True)
+                    self._drop_vectors(conn, resource_id, thread_id, [message_id])
             return bool(changed)
 
         return await self._run(run)

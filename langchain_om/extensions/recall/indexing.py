@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...store.base import StoredMessage
+from ...store.base import StoredMessage, replace_lone_surrogates
 from .render import message_parts, role_of
 
 if TYPE_CHECKING:
@@ -40,7 +40,8 @@ def use_stored_index(om: MemoryHost, index: StoreVectorIndex) -> None:
 
 def _index_text(om: MemoryHost, resource_id: str, stored: StoredMessage) -> str:
     parts = message_parts(om.message_of(resource_id, stored))
-    return "\n".join(p.text for p in parts if p.kind in ("text", "tool-result")).strip()
+    text = "\n".join(p.text for p in parts if p.kind in ("text", "tool-result")).strip()
+    return replace_lone_surrogates(text)  # embedders speak UTF-8 (the stored row keeps the original)
 
 
 def vector_document_id(resource_id: str, thread_id: str, message_id: str) -> str:

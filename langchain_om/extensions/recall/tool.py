@@ -16,7 +16,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, Field, ValidationError
 
 from ...foundation.run_ids import ids_from_run_config
-from ...store.base import InvalidStoreInput
+from ...store.base import InvalidStoreInput, replace_lone_surrogates
 from .args import DEFAULT_TOKEN_BUDGET, MAX_LIMIT, MAX_PAGE, RecallInput, check_text
 from .browse import messages_mode, threads_mode
 from .render import OutputBudget
@@ -115,10 +115,10 @@ class RecallTool(BaseTool):
         budget = OutputBudget(ctx.om.counter, self.max_output_tokens)
         try:
             if capped.mode == "threads":
-                return await threads_mode(ctx, capped, budget)
+                return _utf8_safe(await threads_mode(ctx, capped, budget))
             if capped.mode == "search":
-                return await search_mode(ctx, capped, budget)
-            return await messages_mode(ctx, capped, budget)
+                return _utf8_safe(await search_mode(ctx, capped, budget))
+            return _utf8_safe(await messages_mode(ctx, capped, budget))
         except ToolException:
             raise
         except InvalidStoreInput as exc:
@@ -144,6 +144,12 @@ class RecallTool(BaseTool):
         args = _parse_arguments(kwargs)
         result: dict[str, Any] = self.memory.run_sync(self.arecall(args, config), twin="recall_tool.ainvoke(...)")
         return result
+
+
+def _utf8_safe(result: dict[str, Any]) -> dict[str, Any]:
+    """The result with lone surrogates of stored text as U+FFFD: it goes to the agent's model as
+    UTF-8, and one that cannot be sent would stay in the agent's state and fail every later call."""
+    return {key: replace_lone_surrogates(value) if isinstance(value, str) else value for key, value in result.items()}
 
 
 def make_recall_tool(
