@@ -7,7 +7,8 @@ The engine calls two functions from here:
 * ``apply_to_context`` when a step's context is built after a failed observation: the status
   carries the failure (``observation_error``), and when the unobserved window is past the hard ceiling
   (``failure_policy.hard_ceiling``, default twice ``observation.block_after``'s tokens) the
-  agent's context keeps only the newest messages that fit it, so a long Observer outage can
+  agent's context keeps the newest messages that fit it (the user's newest message and the open
+  tool round always stay, as ``foundation.turns`` rules), so a long Observer outage can
   never grow the agent's prompt without bound. Nothing is deleted: the older messages stay
   stored and unobserved, and the Observer takes them (in batches) once it works again.
 """
