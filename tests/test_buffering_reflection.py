@@ -267,8 +267,11 @@ async def test_background_reflection_starts_at_the_buffer_activation_share() -> 
 
 def _retention_rule(sizes: list[int], window: int, floor: int) -> int:
     """The reference's retention rule, written out independently of the planner: the tokens an
-    activation removes from a ``window``-token window with chunks of ``sizes`` (oldest first)."""
+    activation removes from a ``window``-token window with chunks of ``sizes`` (oldest first).
+    A window within the floor has nothing to remove (issue 30 item 11)."""
     target = window - floor
+    if target <= 0:
+        return 0
     removed, below = 0, 0
     for size in sizes:
         if removed + size >= target:
@@ -355,3 +358,22 @@ async def test_aclose_waits_for_running_buffering_and_commits_its_chunk() -> Non
     assert covered[0].id == chunk.start_id == "h0" and covered[-1].id == chunk.end_id
     assert chunk.message_count == len(covered) and chunk.message_tokens == sum(m.tokens for m in covered)
     assert "Miso" in chunk.observations
+
+
+async def test_projected_removal_is_zero_while_the_window_is_within_the_retention_floor() -> None:
+    """Issue 30 item 11: with the window (about 5k) under the floor an activation keeps (9k), an
+    activation would remove nothing, yet ``projectedMessageRemoval`` reported the first chunk."""
+    model = CallableFake(fn=lambda _m: OBSERVATION)
+    om = make_om(model, observation={"message_tokens": 12_000, "buffer_tokens": 1_000, "buffer_activation": 9_000})
+    seen_chunks = False
+    for history in conversation(40, words=60):
+        await om.aprocess("t1", history)
+        await om.await_background()
+        status = await om.astatus("t1")
+        window = status.windows.active.messages.tokens
+        if window > 9_000:
+            break
+        buffered = status.windows.buffered.observations
+        seen_chunks = seen_chunks or buffered.chunks > 0
+        assert buffered.projected_message_removal == 0, (window, buffered)
+    assert seen_chunks, "chunks were buffered while the window stayed within the floor"

@@ -173,3 +173,74 @@ def test_eval_runs_offline_with_scripted_models(tmp_path: Path, capsys: pytest.C
     assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "scripted", "--om-model", "scripted",
                  "--out", str(out2), "--limit", "2"]) == 0
     assert len(out2.read_text().splitlines()) == 2
+
+
+def _foreign_with_schema_version(path: Path, application_id: int = 0) -> Path:
+    """Another application's database that happens to version its schema the way OM does."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    conn.execute("INSERT INTO schema_version VALUES (3)")
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, customer TEXT, total REAL)")
+    conn.execute("INSERT INTO invoices (customer, total) VALUES ('株式会社テスト', 1200.5)")
+    if application_id:
+        conn.execute(f"PRAGMA application_id = {application_id}")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_another_application_with_a_schema_version_table_is_left_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30 item 8: a ``schema_version`` table was taken for OM's, and ``inspect`` then created
+    OM's tables inside the other application's file."""
+    plain = _foreign_with_schema_version(tmp_path / "invoices.db")
+    stamped = _foreign_with_schema_version(tmp_path / "stamped.db", application_id=0x12345678)
+    # OM's own tables by name, but another application's file (it stamped its own id)
+    import sqlite3
+
+    lookalike = tmp_path / "lookalike.db"
+    shutil.copy(plain, lookalike)
+    conn = sqlite3.connect(lookalike)
+    for table in ("threads", "messages", "records", "kv"):
+        conn.execute(f"CREATE TABLE {table} (id INTEGER)")
+    conn.commit()
+    conn.close()
+    capsys.readouterr()
+    for path in (plain, stamped, lookalike):
+        before = _digest(path)
+        for argv in (["inspect", "demo-trip", "--db", str(path)],
+                     ["demo", "--db", str(path), "--fast", "--scripted", "--steps", "1"]):
+            assert main(argv) == 1, (path.name, argv[0])
+            _one_line_error(capsys.readouterr().err, "--db", "another application")
+            assert _digest(path) == before, f"{path.name}: {argv[0]} changed the file"
+            assert not Path(f"{path}-wal").exists() and not Path(f"{path}-shm").exists()
+
+
+def test_om_databases_carry_an_application_id_and_older_ones_get_it_on_open(
+    tmp_path: Path, healthy_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from langchain_om.store.sqlite_schema import APPLICATION_ID
+
+    def application_id(path: Path) -> int:
+        conn = sqlite3.connect(path)
+        try:
+            return int(conn.execute("PRAGMA application_id").fetchone()[0])
+        finally:
+            conn.close()
+
+    assert application_id(healthy_db) == APPLICATION_ID, "a database the store created is stamped"
+    legacy = tmp_path / "legacy.db"  # written before the stamp existed: OM's tables, application_id 0
+    shutil.copy(healthy_db, legacy)
+    conn = sqlite3.connect(legacy)
+    conn.execute("PRAGMA application_id = 0")
+    conn.commit()
+    conn.close()
+    assert application_id(legacy) == 0
+    assert main(["inspect", "demo-trip", "--db", str(legacy)]) == 0, capsys.readouterr().err
+    assert application_id(legacy) == APPLICATION_ID, "opening it migrated the stamp"
+    assert main(["inspect", "demo-trip", "--db", str(legacy)]) == 0

@@ -462,3 +462,44 @@ async def test_custom_stream_ids_in_a_real_run_and_the_ai_sdk_langchain_shape(st
         assert "om_stream_format" in str(exc)
     else:
         raise AssertionError("an unknown stream format must be refused")
+
+
+def _snake_keys(value: Any, path: str = "") -> list[str]:
+    """Every key (with its path) holding an underscore, anywhere in a wire payload."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "_" in str(key):
+                found.append(f"{path}.{key}")
+            found.extend(_snake_keys(item, f"{path}.{key}"))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(_snake_keys(item, f"{path}[{index}]"))
+    return found
+
+
+async def test_every_key_on_the_wire_is_camel_case_spend_included(store: OMStore) -> None:
+    """Issue 30 item 10: the status part's spend totals arrived as ``spend.observer.input_tokens``."""
+    from langchain_om.foundation.events import parse_event
+
+    om = make_om(store)
+    graph = graph_for(om)
+    parts: list[dict[str, Any]] = []
+    flat: list[dict[str, Any]] = []
+    for i in range(14):
+        async for chunk in graph.astream({"messages": [user_turn(i)]}, {"configurable": {"thread_id": "camel"}},
+                                         stream_mode="custom"):
+            parts.append(chunk)
+        async for chunk in graph.astream({"messages": [user_turn(i)]}, {"configurable": {
+                "thread_id": "camel-flat", "om_stream_format": "ai-sdk-langchain"}}, stream_mode="custom"):
+            flat.append(chunk)
+        await om.await_background()
+    spent = [p for p in parts if p["type"] == "data-om-status" and p["data"].get("spend")]
+    assert spent, "the Observer was paid for, so the status carries spend"
+    observer = spent[-1]["data"]["spend"]["observer"]
+    assert observer["calls"] >= 1 and observer["inputTokens"] > 0 and observer["outputTokens"] > 0
+    assert _snake_keys(parts) == [] and _snake_keys(flat) == []
+    # Python keeps snake_case, and a part read back from the wire gives the same model
+    event: Any = parse_event(spent[-1])
+    assert event.data.spend["observer"]["input_tokens"] == observer["inputTokens"]
+    assert event.to_part() == spent[-1]

@@ -413,3 +413,39 @@ async def test_the_default_model_without_a_key_fails_on_its_first_call_and_is_re
     assert "GOOGLE_API_KEY" in (ctx.status.observation_error or "")
     reported = [r for r in caplog.records if r.levelno >= logging.ERROR and "gemini" in r.getMessage()]
     assert len(reported) == 1, "once, not on every step"
+
+
+def _tool_loop(rounds: int, words: int = 40) -> list[BaseMessage]:
+    """One user question, then ``rounds`` tool calls with their results and no answer yet."""
+    from langchain_core.messages import ToolMessage
+
+    question = "東京の天気を調べて、全部の観測所を比べてください (compare every station)"
+    history: list[BaseMessage] = [HumanMessage(question, id="question")]
+    for index in range(rounds):
+        call_id = f"call{index}"
+        history.append(AIMessage("", id=f"a{index}", tool_calls=[
+            {"name": "station", "args": {"n": index}, "id": call_id, "type": "tool_call"}]))
+        filler = " ".join(f"reading{index}_{i}" for i in range(words))
+        history.append(ToolMessage(f"station {index}: {filler}", tool_call_id=call_id, id=f"t{index}"))
+    return history
+
+
+async def test_the_hard_ceiling_keeps_the_question_and_the_open_tool_round_in_a_tool_loop() -> None:
+    """Issue 30 item 2: the ceiling trimmed by size alone and dropped the user's question, so the
+    model's input began ['ai', 'tool', 'ai']; it must trim by the turn rule (``turns``)."""
+    model = AlwaysFailing(error=server_error)
+    om = make_om(model, failure_policy={"hard_ceiling": 600, "max_retries": 0})
+    history: list[BaseMessage] = []
+    for rounds in range(1, 16):
+        history = _tool_loop(rounds)
+        ctx = await om.aprocess("t1", history)
+        kinds = [m.type for m in ctx.messages]
+        assert kinds[0] == "human" and ctx.messages[0].id == "question", kinds
+        assert [m.id for m in ctx.messages[-2:]] == [history[-2].id, history[-1].id], "the open round stays"
+        assert not (len(ctx.messages) > 1 and ctx.messages[1].type == "tool"), "no orphaned tool result"
+    assert ctx.status.observation_error is not None, "the Observer is down"
+    sent = om.counter.count_messages(ctx.messages)
+    assert len(ctx.messages) < len(history), "the ceiling did trim the answered rounds"
+    assert sent <= 600, f"context holds {sent} tokens against a 600-token ceiling"
+    stored = await om.store.aget_messages(om._resource_for("t1", None), "t1")
+    assert len(stored) == len(history), "nothing was deleted"

@@ -164,13 +164,7 @@ async def test_a_failing_run_ends_with_an_error_chunk_and_sse_framing() -> None:
     assert events[-1] == "data: [DONE]\n\n"
     chunks = [json.loads(e[6:]) for e in events[:-1]]
     assert chunks[1] == {"type": "data-progress", "id": "p1", "data": {"type": "progress", "id": "p1", "value": 1}}
-    assert chunks[-1] == {"type": "error", "errorText": "RuntimeError: model unreachable"}
-
-    async def wrong_mode() -> Any:
-        yield {"messages": []}
-
-    with pytest.raises(TypeError, match="stream_mode"):
-        _ = [c async for c in ui_message_chunks(wrong_mode())]
+    assert chunks[-1] == {"type": "error", "errorText": "An error occurred."}, "masked by default (issue 30)"
 
 
 def test_last_user_message_reads_a_use_chat_body() -> None:
@@ -307,3 +301,165 @@ async def test_reasoning_blocks_become_reasoning_parts_before_the_text() -> None
         "reasoning-end", "text-start", "text-delta", "text-end", "finish-step", "finish"]
     assert "".join(c["delta"] for c in chunks if c["type"] == "reasoning-delta") == "The user wants a price. Check."
     assert {c["id"] for c in chunks if c["type"].startswith("reasoning-")} == {"r1-reasoning"}
+
+
+# --------------------------------------------------------------------------- hostile payloads and errors (issue 30)
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque thing>"
+
+
+def _hostile_custom_stream() -> Any:
+    """A custom stream whose payloads JSON cannot hold as they are."""
+    import datetime as dt
+    from decimal import Decimal
+
+    circular: dict[str, Any] = {"name": "loop"}
+    circular["self"] = circular
+    yield ("custom", {"type": "progress", "at": dt.datetime(2026, 12, 5, 9, 30, tzinfo=dt.timezone.utc)})
+    yield ("custom", {"type": "file", "name": "report-\udcff.txt", "日本語": "東京\udc80", "emoji": "\ud83d\ude00"})
+    yield ("custom", {"type": "odd", "nan": float("nan"), "inf": float("inf"), "set": {3}, "bytes": b"\xff\x00",
+                      "price": Decimal("1.50"), "obj": _Opaque(), (1, 2): "tuple key", "nul": "a\x00b"})
+    yield ("custom", circular)
+    yield ("custom", {"type": "data-om-status", "id": "s", "data": {"at": dt.date(2026, 12, 5)}})
+
+
+async def test_every_payload_reaches_the_wire_as_valid_utf8_json_and_the_stream_ends() -> None:
+    """Issue 30 item 6: a datetime or a lone surrogate in a payload broke the response mid-stream."""
+    from langchain_om.integrations.ui import ui_message_sse
+
+    async def run() -> Any:
+        for item in _hostile_custom_stream():
+            yield item
+
+    events = [e async for e in ui_message_sse(run(), message_id="m")]
+    assert events[-1] == "data: [DONE]\n\n"
+    for event in events:
+        event.encode("utf-8")  # what Starlette does with each event: must not raise
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}, "no error: every payload was serialisable"
+    data = [c["data"] for c in chunks if c["type"].startswith("data-")]
+    assert data[0]["at"] == "2026-12-05T09:30:00+00:00"
+    assert data[1]["name"] == "report-\udcff.txt", "a lone surrogate travels as a JSON escape, unchanged"
+    assert data[1]["日本語"] == "東京\udc80" and data[1]["emoji"] == "😀", "a split pair joins again"
+    assert data[2]["nan"] is None and data[2]["inf"] is None and data[2]["set"] == [3]
+    assert data[2]["price"] == "1.50" and data[2]["obj"] == "<opaque thing>" and data[2]["nul"] == "a\x00b"
+    assert data[2]["(1, 2)"] == "tuple key" and isinstance(data[2]["bytes"], str)
+    assert data[3]["name"] == "loop" and data[3]["self"] == "[circular]"
+    assert data[4] == {"at": "2026-12-05"}
+
+
+async def test_a_failure_anywhere_in_the_generator_ends_with_an_error_part_and_done(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 30 item 6: a stream that raises, and a payload the translator cannot read, both end
+    with one ``error`` part and ``[DONE]``; the real error goes to the server's log."""
+    from langchain_core.messages import AIMessageChunk
+
+    from langchain_om.integrations.ui import ui_message_sse
+
+    async def raises_mid_text() -> Any:
+        yield ("messages", (AIMessageChunk(content="Hello ", id="r1"), {"tags": []}))
+        raise RuntimeError("RateLimitError: rate limit in organization org-SECRET123")
+
+    async def wrong_mode() -> Any:
+        yield {"messages": []}
+
+    async def broken_chunk() -> Any:
+        yield ("messages", "not a (message, metadata) pair")
+
+    for stream in (raises_mid_text(), wrong_mode(), broken_chunk()):
+        with caplog.at_level("ERROR", logger="langchain_om.integrations.ui"):
+            events = [e async for e in ui_message_sse(stream, message_id="m")]
+        assert events[-1] == "data: [DONE]\n\n"
+        chunks = [json.loads(e[6:]) for e in events[:-1]]
+        assert chunks[-1] == {"type": "error", "errorText": "An error occurred."}
+        assert sum(c["type"] == "error" for c in chunks) == 1
+    assert [c["type"] for c in chunks] == ["start", "error"]
+    assert "org-SECRET123" in caplog.text, "the server's log has the real error"
+
+
+async def test_error_text_is_masked_by_default_and_can_be_exposed_or_mapped() -> None:
+    """Issue 30 item 7: raw exception text (an organization id, a key prefix) never reaches the
+    browser unless the server says so, as the AI SDK's ``onError`` decides."""
+    from langchain_om.integrations.ui import expose_error, ui_message_sse
+
+    async def failing() -> Any:
+        yield ("custom", {"type": "progress"})
+        raise RuntimeError("rate limit reached in organization org-SECRET123")
+
+    async def error_of(**options: Any) -> str:
+        events = [e async for e in ui_message_sse(failing(), **options)]
+        assert events[-1] == "data: [DONE]\n\n"
+        last = json.loads(events[-2][6:])
+        assert last["type"] == "error"
+        return str(last["errorText"])
+
+    assert await error_of() == "An error occurred."
+    assert await error_of(on_error=expose_error) == "RuntimeError: rate limit reached in organization org-SECRET123"
+    busy = "混雑しています。後でもう一度どうぞ。"
+    assert await error_of(on_error=lambda exc: busy) == busy
+
+    def mapper_that_fails(exc: BaseException) -> str:
+        raise KeyError("mapper bug")
+
+    assert await error_of(on_error=mapper_that_fails) == "An error occurred.", "a failing mapper still masks"
+    assert await error_of(on_error=lambda exc: "bad \udcff text") == "bad \udcff text"
+
+
+@tool
+def list_reports() -> str:
+    """List the report files in the shared folder."""
+    import os
+
+    return "found " + os.fsdecode(b"report-\xff.txt")  # a file name that is not UTF-8
+
+
+def test_the_ai_sdk_client_reads_a_hostile_tool_result_a_datetime_part_and_a_masked_error(ai_sdk: Path) -> None:
+    """Issue 30 items 6 and 7 through the AI SDK's own client: a tool result holding a lone
+    surrogate and a custom part holding a datetime arrive whole, and a run that fails part way
+    ends the message with the masked error instead of hanging the client."""
+    import datetime as dt
+
+    from langgraph.config import get_stream_writer
+
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(), token_counter="estimator",
+                             observation={"message_tokens": 500})
+    model = ScriptedAgentModel(stream_tokens=True, tool_calls_on={0: ("list_reports", {})})
+    reports = create_agent(model, [list_reports], middleware=[ObservationalMemoryMiddleware(om)],
+                           checkpointer=InMemorySaver())
+
+    def graph(fail: bool) -> Any:
+        async def agent(state: State) -> dict[str, Any]:
+            get_stream_writer()({"type": "progress", "at": dt.datetime(2026, 12, 5, 9, 30, tzinfo=dt.timezone.utc)})
+            if fail:
+                raise RuntimeError("rate limit reached in organization org-SECRET123")
+            return {"messages": [await ScriptedAgentModel().ainvoke(state["messages"])]}
+
+        builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+        builder.add_node("agent", agent)
+        builder.add_edge(START, "agent")
+        builder.add_edge("agent", END)
+        return builder.compile(checkpointer=InMemorySaver())
+
+    agents = {"reports": reports, "dated": graph(False), "failing": graph(True)}
+    app = chat_app(agents, dict.fromkeys(agents, False))
+    with serve(app) as base:
+        hostile = run_chat(ai_sdk, f"{base}/api/reports", "chat-reports", ["どのレポートがある? which reports?"])
+        dated = run_chat(ai_sdk, f"{base}/api/dated", "chat-dated", ["hello"])
+        failing = run_chat(ai_sdk, f"{base}/api/failing", "chat-failing", ["hello"])
+
+    assert hostile["errors"] == [] and hostile["status"] == "ready"
+    answer = hostile["messages"][-1]
+    tool_part = next(p for p in answer["parts"] if p["type"] == "dynamic-tool")
+    assert tool_part["state"] == "output-available" and tool_part["output"] == "found report-\udcff.txt"
+    assert "".join(p["text"] for p in answer["parts"] if p["type"] == "text").startswith("Based on list_reports")
+
+    assert dated["errors"] == [] and dated["status"] == "ready"
+    progress = [p for p in dated["onData"] if p["type"] == "data-progress"]
+    assert progress and progress[0]["data"]["at"] == "2026-12-05T09:30:00+00:00"
+
+    assert failing["status"] == "error", "the client saw the stream end with an error, not a hang"
+    assert len(failing["errors"]) == 1 and "An error occurred." in failing["errors"][0]
+    assert "org-SECRET123" not in json.dumps(failing)

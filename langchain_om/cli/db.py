@@ -13,6 +13,8 @@ import stat
 from pathlib import Path
 from urllib.parse import quote
 
+from ..store.sqlite_schema import is_om_database
+
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -57,6 +59,9 @@ def check_db_path(path: str, *, must_exist: bool, writable: bool, option: str = 
 def check_db_health(file: Path, *, option: str = "--db") -> None:
     """An existing file must be an intact SQLite database holding langchain-om's schema (or nothing yet).
 
+    OM's files carry its ``PRAGMA application_id`` (files written before it: OM's core tables with
+    their columns); a table named ``schema_version`` alone proves nothing.
+
     Read-only: the file is opened with ``mode=ro`` and checked with ``PRAGMA quick_check``
     (``quick_check`` reads the whole file: milliseconds for a demo database, about a second per GB).
     """
@@ -74,6 +79,8 @@ def check_db_health(file: Path, *, option: str = "--db") -> None:
         try:
             verdict = conn.execute("PRAGMA quick_check").fetchone()
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            stamp = int(conn.execute("PRAGMA application_id").fetchone()[0])
+            ours = is_om_database(conn)
         finally:
             conn.close()
     except sqlite3.Error as exc:
@@ -81,6 +88,7 @@ def check_db_health(file: Path, *, option: str = "--db") -> None:
     if verdict is None or verdict[0] != "ok":
         detail = verdict[0] if verdict else "no verdict"
         raise DatabasePathError(f"{option}: {file} is corrupt (integrity check: {detail}); left untouched")
-    if tables and "schema_version" not in tables:
+    if not ours and (tables or stamp):  # an empty, unstamped file is a new database
+        owner = f"application id {stamp:#010x}" if stamp else f"tables: {', '.join(sorted(tables)[:5])}"
         raise DatabasePathError(f"{option}: {file} is a SQLite database of another application "
-                                f"(tables: {', '.join(sorted(tables)[:5])}); left untouched")
+                                f"({owner}); left untouched")

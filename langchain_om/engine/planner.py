@@ -144,11 +144,11 @@ def choose_chunks(chunks: Sequence[BufferedChunk], window_tokens: int, floor: in
     The removal target is ``window_tokens - floor``. Take the smallest prefix reaching it, unless
     that overshoots the target by more than ``0.95 x floor`` or leaves fewer than
     ``min(1000, floor)`` tokens; then the largest prefix below the target; with none, the first
-    chunk (an activation always makes progress).
+    chunk (an activation always makes progress). A window within the floor has nothing to remove.
     """
-    if not chunks:
-        return []
     target = window_tokens - floor
+    if not chunks or target <= 0:
+        return []
     removed = 0
     below = 0
     for count, chunk in enumerate(chunks, start=1):
@@ -164,8 +164,9 @@ def choose_chunks(chunks: Sequence[BufferedChunk], window_tokens: int, floor: in
 
 
 def projected_removal(cfg: OMConfig, record: OMRecord, thread_id: str, window: Window) -> int:
-    """``projectedMessageRemoval``: the message tokens a threshold activation would remove now."""
-    chunks = staged_chunks(record, thread_id)
+    """``projectedMessageRemoval``: the message tokens a threshold activation would remove now (the
+    same chunks ``plan_activation`` would choose: only activatable ones, none within the floor)."""
+    chunks = activatable(cfg, window, staged_chunks(record, thread_id))
     return sum(c.message_tokens for c in choose_chunks(chunks, window.tokens, retention_floor(cfg)))
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, field_validator
+from pydantic.alias_generators import to_camel, to_snake
 
 OperationType = Literal["observation", "reflection"]
 BufferStatus = Literal["idle", "running", "complete"]
@@ -87,7 +87,26 @@ class StatusData(_Data):
     observation_error: str | None = None
     """This step's Observer failure, one line (an extension; see ``failure_policy``)."""
     spend: dict[str, Any] | None = None
-    """OM's own model spend on this record so far: per role, calls and tokens (an extension)."""
+    """OM's own model spend on this record so far: per role, calls and tokens (an extension).
+    A plain dict in Python (``spend["observer"]["input_tokens"]``); its keys are camelCase on the
+    wire (``inputTokens``) like every other key, and read back to snake_case."""
+
+    @field_serializer("spend")
+    def _spend_on_the_wire(self, spend: dict[str, Any] | None, info: SerializationInfo) -> dict[str, Any] | None:
+        return _totals_keys(spend, to_camel) if info.by_alias else spend
+
+    @field_validator("spend", mode="before")
+    @classmethod
+    def _spend_from_the_wire(cls, spend: Any) -> Any:
+        return _totals_keys(spend, to_snake) if isinstance(spend, dict) else spend
+
+
+def _totals_keys(spend: dict[str, Any] | None, rename: Any) -> dict[str, Any] | None:
+    """``spend`` with each role's total names renamed (the roles are names, not fields: kept)."""
+    if spend is None:
+        return None
+    return {role: {rename(str(key)): value for key, value in totals.items()} if isinstance(totals, dict) else totals
+            for role, totals in spend.items()}
 
 
 class ExtractionFailure(_Data):

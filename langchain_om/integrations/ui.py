@@ -12,22 +12,32 @@ protocol's header. Starlette is needed only for the last one (``pip install "lan
 OM's parts arrive with their ``id`` and ``transient`` (see ``langchain_om.foundation.events``): the
 status part goes to the client's ``onData`` only, unless ``keep_status=True`` keeps one
 status part per message, replaced in place at every step.
+
+Failures: whatever fails inside the generator (the run, a payload the adapter cannot read) ends the
+stream with one ``error`` part and ``[DONE]``, so the client never hangs on a half message. Its
+``errorText`` is ``"An error occurred."`` unless ``on_error`` says otherwise (as the AI SDK's
+``onError`` does: raw exception text can name an organization or a key); the error itself goes to
+this module's logger. Payloads are written with ``wire_json``: any value, any string.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
+
+from .wire_json import wire_json
 
 if TYPE_CHECKING:
     from starlette.responses import StreamingResponse
 
 __all__ = [
+    "MASKED_ERROR_TEXT",
     "UI_MESSAGE_STREAM_HEADERS",
+    "expose_error",
     "last_user_message",
     "ui_message_chunks",
     "ui_message_response",
@@ -42,6 +52,29 @@ UI_MESSAGE_STREAM_HEADERS: Mapping[str, str] = {
     "x-accel-buffering": "no",  # nginx and friends must not hold the events back
 }
 OM_TAG = "langchain_om"
+MASKED_ERROR_TEXT = "An error occurred."
+"""The ``errorText`` a client gets by default (the AI SDK's own default text)."""
+ErrorText = Callable[[BaseException], str]
+"""``on_error``: the text the browser gets for an error (the AI SDK's ``onError``/``getErrorMessage``)."""
+_log = logging.getLogger(__name__)
+
+
+def expose_error(exc: BaseException) -> str:
+    """An ``on_error`` that shows the exception as it is (``"RuntimeError: ..."``): for development
+    servers only, since provider errors can name an organization, a project or a key prefix."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _error_text(exc: BaseException, on_error: ErrorText | None) -> str:
+    _log.error("langchain-om UI stream failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    if on_error is None:
+        return MASKED_ERROR_TEXT
+    try:
+        text = on_error(exc)
+    except Exception:  # a mapper's own bug must not leak the original text, nor cut the stream
+        _log.exception("langchain-om UI stream: on_error raised; sending the masked text")
+        return MASKED_ERROR_TEXT
+    return text if isinstance(text, str) else MASKED_ERROR_TEXT
 _DATA_PART_KEYS = ("type", "id", "data", "transient")
 
 
@@ -199,40 +232,66 @@ async def ui_message_chunks(
     *,
     message_id: str | None = None,
     keep_status: bool = False,
+    on_error: ErrorText | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """The AI SDK UI message chunks of one LangGraph run.
 
     ``stream`` is ``graph.astream(..., stream_mode=["messages", "custom"])`` (``subgraphs=True``
     works too; other modes in the list are ignored). ``message_id`` names the assistant
-    message (a fresh one is made when omitted). An exception from the graph becomes an
-    ``error`` chunk and ends the stream, as the protocol expects.
+    message (a fresh one is made when omitted). Any exception (from the graph, or an item this
+    adapter cannot read, such as a stream without ``stream_mode`` as a list) becomes one ``error``
+    chunk and ends the stream, as the protocol expects; ``on_error`` maps it to the text the client
+    shows (default ``MASKED_ERROR_TEXT``; ``expose_error`` shows it as it is).
     """
     translator = _Translator(keep_status)
     yield {"type": "start", "messageId": message_id or f"msg-{uuid.uuid4().hex}"}
-    items = aiter(stream)
-    while True:
+    try:
         try:
-            item = await anext(items)
-        except StopAsyncIteration:
-            break
-        except Exception as exc:  # the run failed: tell the client, as the protocol does
-            for chunk in translator.close_message():
-                yield chunk
-            yield {"type": "error", "errorText": f"{type(exc).__name__}: {exc}"}
-            return
-        for chunk in translator.item(item):  # a misuse (wrong stream_mode) raises here, to the caller
+            async for item in stream:
+                for chunk in translator.item(item):
+                    yield chunk
+            closing = translator.close_message()
+        finally:  # stopped early (an error, a client that went away): the run stops too
+            await _aclose(stream)
+    except Exception as exc:  # the run failed, or sent what no UI part can hold: tell the client
+        try:
+            closing = translator.close_message()
+        except Exception:  # the translator's own state is what broke: end without closing parts
+            closing = []
+        for chunk in closing:
             yield chunk
-    for chunk in translator.close_message():
+        yield {"type": "error", "errorText": _error_text(exc, on_error)}
+        return
+    for chunk in closing:
         yield chunk
     yield {"type": "finish", "finishReason": translator.finish_reason}
 
 
+async def _aclose(stream: AsyncIterator[Any]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception:  # closing a failed run may fail again; the first error is the one to report
+        _log.debug("langchain-om UI stream: closing the run failed", exc_info=True)
+
+
 async def ui_message_sse(
-    stream: AsyncIterator[Any], *, message_id: str | None = None, keep_status: bool = False
+    stream: AsyncIterator[Any], *, message_id: str | None = None, keep_status: bool = False,
+    on_error: ErrorText | None = None,
 ) -> AsyncIterator[str]:
-    """``ui_message_chunks`` as server-sent events: one ``data: <json>`` event per chunk, then ``[DONE]``."""
-    async for chunk in ui_message_chunks(stream, message_id=message_id, keep_status=keep_status):
-        yield f"data: {json.dumps(chunk, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    """``ui_message_chunks`` as server-sent events: one ``data: <json>`` event per chunk, then ``[DONE]``.
+
+    Every event is valid UTF-8 JSON whatever a payload holds (``wire_json``), and the stream always
+    ends with ``[DONE]``: after the last part, or after an ``error`` part.
+    """
+    chunks = ui_message_chunks(stream, message_id=message_id, keep_status=keep_status, on_error=on_error)
+    try:
+        async for chunk in chunks:
+            yield f"data: {wire_json(chunk)}\n\n"
+    except Exception as exc:  # ui_message_chunks turns failures into parts; this is a last guard
+        yield f"data: {wire_json({'type': 'error', 'errorText': _error_text(exc, on_error)})}\n\n"
     yield "data: [DONE]\n\n"
 
 
@@ -242,14 +301,16 @@ def ui_message_response(
     message_id: str | None = None,
     keep_status: bool = False,
     headers: Mapping[str, str] | None = None,
+    on_error: ErrorText | None = None,
 ) -> StreamingResponse:
-    """A Starlette (and so FastAPI) response streaming one run to ``useChat``."""
+    """A Starlette (and so FastAPI) response streaming one run to ``useChat`` (``on_error``: see
+    ``ui_message_chunks``)."""
     try:
         from starlette.responses import StreamingResponse
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError('ui_message_response needs Starlette: pip install "langchain-om[ui]"') from exc
     return StreamingResponse(
-        ui_message_sse(stream, message_id=message_id, keep_status=keep_status),
+        ui_message_sse(stream, message_id=message_id, keep_status=keep_status, on_error=on_error),
         headers={**UI_MESSAGE_STREAM_HEADERS, **(headers or {})},
         media_type="text/event-stream",
     )

@@ -7,7 +7,8 @@ The engine calls two functions from here:
 * ``apply_to_context`` when a step's context is built after a failed observation: the status
   carries the failure (``observation_error``), and when the unobserved window is past the hard ceiling
   (``failure_policy.hard_ceiling``, default twice ``observation.block_after``'s tokens) the
-  agent's context keeps only the newest messages that fit it, so a long Observer outage can
+  agent's context keeps the newest messages that fit it (the user's newest message and the open
+  tool round always stay, as ``foundation.turns`` rules), so a long Observer outage can
   never grow the agent's prompt without bound. Nothing is deleted: the older messages stay
   stored and unobserved, and the Observer takes them (in batches) once it works again.
 """
@@ -21,8 +22,8 @@ from langchain_core.messages import BaseMessage
 
 from ..foundation.config import OMConfig
 from ..foundation.events import ObservationFailedEvent, OMEvent, StatusData
-from ..foundation.messages import safe_cut_at_or_after
 from ..foundation.tokens import TokenCounter
+from ..foundation.turns import kind_of_message, last_human, newest_round_start, safe_cut_after, turn_start
 from .failures import OMObservationError, classify_error
 from .models import OMModelError
 
@@ -60,17 +61,31 @@ def step_failure(events: Sequence[OMEvent]) -> str | None:
 
 
 def _trim(counter: TokenCounter, messages: list[BaseMessage], ceiling: int) -> list[BaseMessage]:
+    """The newest messages that fit ``ceiling``, cut by the turn rule (``foundation.turns``): the
+    newest human message (with its time-gap marker) and the newest tool round always stay, whatever
+    their size; answered rounds between them go first, oldest first, and a round goes whole."""
     tokens = [counter.count_messages([m]) for m in messages]
-    start, total = len(messages), 0
-    while start > 0 and total + tokens[start - 1] <= ceiling:
-        total += tokens[start - 1]
-        start -= 1
-    if start == 0:
+    if sum(tokens) <= ceiling:
         return messages
-    cut = safe_cut_at_or_after(messages, start)
-    if cut >= len(messages):  # nothing safe fits: keep the newest message (a tool round stays whole)
-        cut = safe_cut_at_or_after(messages, len(messages) - 1)
-    return messages[cut:] if cut < len(messages) else messages[-1:]
+    kinds = [kind_of_message(m) for m in messages]
+    human = last_human(kinds)
+    start = turn_start(kinds)
+    body = human + 1 if human is not None else 0
+    newest = newest_round_start(kinds, body)
+    keep_from = newest if newest is not None else max(len(messages) - 1, body)
+    head = sum(tokens[start:body])
+    if head + sum(tokens[body:]) <= ceiling:  # the whole turn fits: older turns fill what is left
+        cut, left = start, ceiling - head - sum(tokens[body:])
+        while cut > 0 and tokens[cut - 1] <= left:
+            left -= tokens[cut - 1]
+            cut -= 1
+        return messages[min(safe_cut_after(kinds, cut), start):]
+    cut, left = keep_from, ceiling - head - sum(tokens[keep_from:])
+    while cut > body and tokens[cut - 1] <= left:
+        left -= tokens[cut - 1]
+        cut -= 1
+    cut = max(min(safe_cut_after(kinds, cut), keep_from), body)
+    return messages[start:body] + messages[cut:]
 
 
 def apply_to_context(config: OMConfig, counter: TokenCounter, context: _Context, events: Sequence[OMEvent]) -> None:

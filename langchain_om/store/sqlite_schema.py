@@ -17,6 +17,21 @@ from . import _util as u
 from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
 from .search import scope_token, search_text
 
+APPLICATION_ID = int.from_bytes(b"LcOM", "big")
+"""``PRAGMA application_id`` of every SQLite file the store writes (SQLite's own way for a file
+format to say whose it is): the CLI reads it before it opens a ``--db`` file, so another
+application's database that happens to have a ``schema_version`` table is never mistaken for OM's."""
+CORE_TABLES: dict[str, frozenset[str]] = {
+    "schema_version": frozenset({"version"}),
+    "threads": frozenset({"thread_id", "resource_id", "title", "created_at", "updated_at", "metadata"}),
+    "messages": frozenset({"id", "resource_id", "thread_id", "seq", "kind", "data", "tokens", "created_at",
+                           "observed", "observed_at"}),
+    "records": frozenset({"key", "resource_id", "thread_id", "scope", "version", "body", "updated_at"}),
+    "kv": frozenset({"resource_id", "namespace", "key", "value", "updated_at"}),
+}
+"""The tables (and their columns, at least) of every schema version: how a file OM wrote before it
+set ``APPLICATION_ID`` is recognised."""
+
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS threads (
     thread_id   TEXT PRIMARY KEY,
@@ -216,11 +231,37 @@ def check_not_newer(conn: sqlite3.Connection, path: str) -> None:
         )
 
 
+def is_om_database(conn: sqlite3.Connection) -> bool:
+    """Whether the file is langchain-om's: stamped with ``APPLICATION_ID``, or (written before the
+    stamp) unstamped and holding OM's core tables with their columns. An empty file is not."""
+    stamp = int(conn.execute("PRAGMA application_id").fetchone()[0])
+    if stamp:
+        return stamp == APPLICATION_ID
+    for table, columns in CORE_TABLES.items():
+        found = {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
+        if not columns <= found:
+            return False
+    return True
+
+
+def _stamp(conn: sqlite3.Connection) -> None:
+    """Set ``APPLICATION_ID`` on a file that has none (new, or written before the stamp); a file
+    stamped by another application keeps its own."""
+    if int(conn.execute("PRAGMA application_id").fetchone()[0]) != 0:
+        return
+    try:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    except sqlite3.OperationalError as exc:  # a read-only file stays unstamped; its tables still say whose it is
+        if "readonly" not in str(exc):
+            raise
+
+
 def migrate(conn: sqlite3.Connection, path: str) -> bool:
     """Bring the file to ``SCHEMA_VERSION`` inside the caller's write transaction; returns whether
     keyword search is available (FTS5 here, and its index present)."""
     check_not_newer(conn, path)  # re-check under the write lock: another process may have migrated
     version = stored_version(conn)
+    _stamp(conn)
     if version == SCHEMA_VERSION:
         if fts5_available() and not has_search_index(conn):
             create_search_index(conn)  # migrated by a SQLite without FTS5: index now
