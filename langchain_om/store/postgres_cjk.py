@@ -67,9 +67,13 @@ def cjk_entries(rows: list[tuple[str, str, str, str]]) -> list[tuple[str, str, s
 async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sql.Composed], schema: str) -> bool:
     """Index the next ``BACKFILL_BATCH`` stored messages and move the bookmark (inside the
     caller's transaction). Returns whether nothing is left (or another worker holds the task)."""
-    await cur.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s)) AS got", (f"langchain_om.cjk:{schema}",))
+    await cur.execute(
+        "SELECT to_regclass(format('%%I.search_backfill', %s::text)) IS NOT NULL AS exists, "
+        "pg_try_advisory_xact_lock(hashtext(%s)) AS got",
+        (schema, f"langchain_om.cjk:{schema}"),
+    )
     got = await cur.fetchone()
-    if got is None or not got["got"]:
+    if got is None or not got["exists"] or not got["got"]:  # an older schema version, or another worker's task
         return True
     await cur.execute(q("SELECT after_thread, after_seq, done FROM {s}.search_backfill WHERE name = 'cjk'"))
     mark = await cur.fetchone()
