@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore, sqlite_cjk
-from langchain_om.store import postgres_cjk
+from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore, postgres_cjk, sqlite_cjk
 from langchain_om.store.cjk import cjk_index_tokens, normalise
 
 R1, R2 = "res-ja", "res-other"
@@ -105,7 +104,7 @@ async def test_another_resource_and_thread_scope(store: OMStore) -> None:
 async def test_mixed_queries_rank_messages_with_every_word_first(store: OMStore) -> None:
     await seed(store)
     hits = await store.asearch_messages(R1, "京都 露天風呂")
-    assert [h.message.id for h in hits][0] == "ja2"
+    assert hits[0].message.id == "ja2"
     assert ids(hits) == {"ja1", "ja2"}
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # CJK and English words in one query: both indexes contribute
@@ -113,7 +112,10 @@ async def test_mixed_queries_rank_messages_with_every_word_first(store: OMStore)
     assert len(await store.asearch_messages(R1, "旅館 京都 魚 上海", limit=2)) == 2
 
 
-@pytest.mark.parametrize("query", ['"京都" OR *', "京都 NEAR(旅館)", "旅館:*", "'京都' <-> '旅館'", "（京都）", "京\ud800都"])
+HOSTILE = ['"京都" OR *', "京都 NEAR(旅館)", "旅館:*", "'京都' <-> '旅館'", "（京都）", "京\ud800都"]
+
+
+@pytest.mark.parametrize("query", HOSTILE)
 async def test_hostile_cjk_queries_are_plain_text(store: OMStore, query: str) -> None:
     await seed(store)
     hits = await store.asearch_messages(R1, query)
