@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--conversation", default=None,
                       help="replay this JSON file (a list of {role, content, timestamp, ...}) instead of the "
                            "bundled one")
+    demo.add_argument("--lang", choices=("en", "ja"), default=None,
+                      help="which bundled conversation to replay: en (default) or ja, a Japanese one "
+                           "(its default thread is demo-trip-ja)")
 
     inspect = sub.add_parser("inspect", help="print a thread's OM record and windows")
     inspect.add_argument("thread_id", type=_identifier("thread_id"))
@@ -178,21 +181,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    from .demo import DEFAULT_MESSAGE_TOKENS, DEFAULT_OBSERVATION_TOKENS, DEFAULT_THREAD, DemoModelError, run_demo
+    from .demo import (
+        DEFAULT_MESSAGE_TOKENS,
+        DEFAULT_OBSERVATION_TOKENS,
+        DEFAULT_THREAD,
+        DemoModelError,
+        bundled_conversation_path,
+        run_demo,
+    )
 
     db = args.db or _default_db()
     check_db_path(db, must_exist=False, writable=True)
+    conversation, default_thread = args.conversation, DEFAULT_THREAD
+    if args.lang is not None:  # a bundled conversation by language; its own thread, so replays never mix
+        if conversation is not None:
+            return _error("--lang picks a bundled conversation and --conversation replays a file: pass one of them")
+        conversation = None if args.lang == "en" else str(bundled_conversation_path(args.lang))
+        default_thread = DEFAULT_THREAD if args.lang == "en" else f"{DEFAULT_THREAD}-{args.lang}"
     try:
         run_demo(
             db=db,
             model=args.model,
-            thread_id=args.thread if args.thread is not None else DEFAULT_THREAD,
+            thread_id=args.thread if args.thread is not None else default_thread,
             message_tokens=args.message_tokens or DEFAULT_MESSAGE_TOKENS,
             observation_tokens=args.observation_tokens or DEFAULT_OBSERVATION_TOKENS,
             fast=args.fast,
             max_steps=args.steps,
             scripted=args.scripted,
-            conversation=args.conversation,
+            conversation=conversation,
             console=console,
         )
     except DemoModelError as exc:  # one line, non-zero exit; the stored steps stay for a rerun

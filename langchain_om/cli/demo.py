@@ -80,9 +80,14 @@ class DemoDataError(ValueError):
 # ------------------------------------------------------------------ conversation
 
 
-def bundled_conversation_path() -> Path:
-    """Path of the conversation shipped inside the package (works for wheels and editable installs)."""
-    return Path(str(resources.files("langchain_om") / "data" / "demo_conversation.json"))
+BUNDLED_CONVERSATIONS = {"en": "demo_conversation.json", "ja": "demo_conversation.ja.json"}
+"""The conversations shipped with the package, by language (``langchain-om demo --lang ja``): the
+same kind of multi-day story, so a user can watch OM (and search) work in their own language."""
+
+
+def bundled_conversation_path(lang: str = "en") -> Path:
+    """Path of a conversation shipped inside the package (works for wheels and editable installs)."""
+    return Path(str(resources.files("langchain_om") / "data" / BUNDLED_CONVERSATIONS[lang]))
 
 
 def _field(entry: Mapping[str, Any], name: str, index: int, kind: type | tuple[type, ...]) -> Any:

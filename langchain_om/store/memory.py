@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -34,9 +33,9 @@ from .base import (
     record_key,
     utcnow,
 )
+from .cjk import CJKTerm, cjk_index_tokens, has_cjk, normalise, plain_words
 from .search import check_space, check_vector_items, search_arguments, search_text
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _SUFFIXES = ("ings", "ing", "ies", "es", "ed", "s")
 
 
@@ -48,12 +47,25 @@ def _stem(word: str) -> str:
     return word
 
 
-def _word_counts(text: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for match in _WORD.finditer(text.lower()):
-        word = _stem(match.group(0))
-        counts[word] = counts.get(word, 0) + 1
-    return counts
+class _Indexed:
+    """A message as the scan reads it: its normalised text (CJK words are found as substrings
+    of it) and the counts of its other words, stemmed."""
+
+    __slots__ = ("size", "text", "words")
+
+    def __init__(self, text: str) -> None:
+        self.text = normalise(text)
+        self.words: dict[str, int] = {}
+        for word in plain_words(self.text):
+            word = _stem(word)
+            self.words[word] = self.words.get(word, 0) + 1
+        self.size = sum(self.words.values()) + len(cjk_index_tokens(text))
+
+    def count(self, english: list[str], cjk: list[CJKTerm]) -> list[int]:
+        """How often each query term occurs, for the terms that occur."""
+        found = [self.words[t] for t in english if t in self.words]
+        found += [n for term in cjk if has_cjk(term.text) and (n := self.text.count(term.text))]
+        return found
 
 
 class InMemoryStore:
@@ -75,7 +87,7 @@ class InMemoryStore:
         self._stamps: dict[str, RecordStamp] = {}  # (version, updated_at) of each record, beside its body
         self._kv: dict[tuple[str, str, str], str] = {}
         self._counter = itertools.count(1)
-        self._words: dict[tuple[str, str], dict[str, int]] = {}  # (thread, message id) -> word counts
+        self._words: dict[tuple[str, str], _Indexed] = {}  # (thread, message id) -> searchable form
         self._vectors: dict[tuple[str, str], list[tuple[int, str, str, bytes]]] = {}  # (resource, space) -> rows
         self._vector_deletions: dict[str, int] = {}
         self._vector_keys: set[tuple[str, str, str]] = set()  # (thread, message id, space)
@@ -365,7 +377,7 @@ class InMemoryStore:
         """Messages holding any query word, scored by how many distinct query words they hold,
         then how often; ties newest first. A linear scan: fine for tests and notebooks."""
         resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
-        terms = [_stem(term) for term in terms]
+        english = [_stem(term) for term in terms.english]
         if not terms:
             return []
         scored: list[tuple[float, StoredMessage]] = []
@@ -376,10 +388,10 @@ class InMemoryStore:
                 for row in rows:
                     words = self._words.get((tid, row.id))
                     if words is None:  # counted at the first search, not on every append
-                        words = self._words[(tid, row.id)] = _word_counts(search_text(row.data, row.kind))
-                    found = [words[t] for t in terms if t in words]
+                        words = self._words[(tid, row.id)] = _Indexed(search_text(row.data, row.kind))
+                    found = words.count(english, terms.cjk)
                     if found:
-                        scored.append((len(found) + sum(found) / (1 + sum(words.values())), row))
+                        scored.append((len(found) + sum(found) / (1 + words.size), row))
             scored.sort(key=lambda item: (item[0], item[1].created_at, item[1].seq), reverse=True)
             return [SearchHit(message=row.model_copy(deep=True), score=score) for score, row in scored[:count]]
 

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _util as u
 from .base import InvalidStoreInput, StoreError, check_id
+from .postgres_cjk import backfill_batch
 from .postgres_schema import Cursor, migrate
 
 DSN_ENV = "LANGCHAIN_OM_PG_DSN"
@@ -91,6 +92,11 @@ class PostgresConnection:
                     async with conn.transaction():
                         async with conn.cursor(row_factory=dict_row) as cur:
                             await self._migrate(cur)
+                    done = False
+                    while not done:  # the CJK index of older messages: one committed batch at a time
+                        async with conn.transaction():
+                            async with conn.cursor(row_factory=dict_row) as cur:
+                                done = await backfill_batch(cur, self._q, self.schema)
             except psycopg.Error as exc:
                 raise StoreError(f"PostgreSQL setup failed: {exc}") from exc
             self._setup_done = True

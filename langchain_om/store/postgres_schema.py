@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from . import _util as u
 from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
+from .postgres_cjk import SCHEMA_V7 as _CJK_INDEX_V7
 from .search import search_text
 
 Cursor = AsyncCursor[dict[str, Any]]
@@ -189,6 +190,7 @@ MIGRATIONS: dict[int, list[str] | Callable[[Query, Cursor], Awaitable[None]]] = 
     4: _migrate_v4,
     5: _LEASES_V5,
     6: _OBSERVED_THROUGH_V6,
+    7: _CJK_INDEX_V7,  # empty; PostgresConnection backfills it in batches after the migration commits
 }
 
 

@@ -18,6 +18,7 @@ import hashlib
 import re
 import struct
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .base import (  # the result types live with the store protocol that returns them
@@ -29,6 +30,7 @@ from .base import (  # the result types live with the store protocol that return
     check_thread_id,
     replace_lone_surrogates,
 )
+from .cjk import CJKTerm, cjk_query_terms, fts5_cjk_words, has_cjk, normalise, plain_words
 
 MAX_QUERY_CHARS = 10_000
 """Longest query a store accepts (recall itself stops at fewer); longer is an error, not a cut."""
@@ -152,15 +154,25 @@ def merge_ranked(every: Sequence[SearchHit], some: Sequence[SearchHit], limit: i
     return merged
 
 
+def fts5_scope(resource_id: str, thread_id: str | None) -> str:
+    """The part of an FTS5 MATCH that keeps a search inside the resource (and thread)."""
+    scope = f'scope : "{scope_token("r", resource_id)}"'
+    if thread_id is not None:
+        scope += f' AND scope : "{scope_token("t", thread_id)}"'
+    return scope
+
+
 def fts5_match(terms: Sequence[str], resource_id: str, thread_id: str | None, *, every: bool = False) -> str:
     """An FTS5 MATCH expression: the resource's (and thread's) scope token AND any (``every``:
     all) of the terms, every term a quoted string (a quote inside doubled), so nothing typed is
     FTS5 syntax."""
-    scope = f'scope : "{scope_token("r", resource_id)}"'
-    if thread_id is not None:
-        scope += f' AND scope : "{scope_token("t", thread_id)}"'
     words = (" AND " if every else " OR ").join('"' + term.replace('"', '""') + '"' for term in terms)
-    return f"{scope} AND body : ({words})"
+    return f"{fts5_scope(resource_id, thread_id)} AND body : ({words})"
+
+
+def fts5_cjk_match(terms: Sequence[CJKTerm], resource_id: str, thread_id: str | None, *, every: bool = False) -> str:
+    """``fts5_match`` for the CJK table: phrases of bigrams and one-character prefixes."""
+    return f"{fts5_scope(resource_id, thread_id)} AND body : ({fts5_cjk_words(terms, every=every)})"
 
 
 def tsquery_text(terms: Sequence[str], *, every: bool = False) -> str:
@@ -204,12 +216,37 @@ def check_vector_items(items: Any) -> list[VectorItem]:
     return checked
 
 
+@dataclass(frozen=True)
+class KeywordQuery:
+    """A query as both indexes read it. ``english``: the words for the stemmed English index
+    (those without a CJK character). ``cjk``: every word for the CJK index (``store.cjk``), CJK
+    runs as bigram phrases or one-character prefixes, other words as they are (it finds an
+    English word written inside a Japanese sentence, which the English index holds glued to its
+    neighbours). ``cjk_first``: the query holds CJK text, so the CJK index ranks first and the
+    English one fills the rest; otherwise the other way round."""
+
+    english: list[str]
+    cjk: list[CJKTerm]
+    cjk_first: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.english or self.cjk)
+
+
+def keyword_query(query: str) -> KeywordQuery:
+    """The terms of a checked query for each index (empty means nothing to find)."""
+    normalised = normalise(query)
+    english = query_terms(" ".join(plain_words(normalised)))
+    cjk = cjk_query_terms(query, STOP_WORDS, MAX_QUERY_TERMS)
+    return KeywordQuery(english=english, cjk=cjk, cjk_first=has_cjk(normalised))
+
+
 def search_arguments(
     resource_id: Any, query: Any, thread_id: Any, limit: Any
-) -> tuple[str, str | None, list[str], int]:
+) -> tuple[str, str | None, KeywordQuery, int]:
     """``asearch_messages``' arguments checked the same way on every store: the resource, the
-    thread (or None), the query's terms and the result count."""
+    thread (or None), the query's terms for each index and the result count."""
     resource = check_resource_id(resource_id)
     thread = check_thread_id(thread_id) if thread_id is not None else None
-    return resource, thread, query_terms(check_query(query)), check_search_limit(limit)
+    return resource, thread, keyword_query(check_query(query)), check_search_limit(limit)
 

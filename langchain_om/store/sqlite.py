@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -57,17 +57,18 @@ from .search import (
     RANK_CANDIDATES,
     check_space,
     check_vector_items,
+    fts5_cjk_match,
     fts5_match,
     merge_ranked,
     scope_token,
     search_arguments,
     search_text,
 )
+from .sqlite_cjk import CJK_TABLE, delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
 from .sqlite_connection import immediate
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .sqlite_records import SQLiteRecords
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
-from .sqlite_schema import search_scope
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -244,6 +245,7 @@ class SQLiteStore(SQLiteRecords):
                         "DELETE FROM message_search WHERE message_search MATCH ?",
                         (f'scope : "{scope_token("t", thread_id)}"',),
                     )
+                    delete_cjk_thread(conn, scope_token("t", thread_id))
                 dropped = conn.execute("DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?",
                                        (thread_id, resource_id)).rowcount
                 if dropped:
@@ -294,12 +296,14 @@ class SQLiteStore(SQLiteRecords):
                     conn.execute("UPDATE message_search SET body = ? WHERE rowid = ?", (text, row[0]))
                 else:
                     conn.execute("DELETE FROM message_search WHERE rowid = ?", (row[0],))
+                replace_cjk_message(conn, scope, thread_id, message_id, text)
                 return
         if text:
             conn.execute(
                 "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
                 (text, scope, thread_id, message_id),
             )
+            index_cjk_message(conn, scope, thread_id, message_id, text)
 
     @staticmethod
     def _drop_vectors(conn: sqlite3.Connection, resource_id: str, thread_id: str, message_ids: Sequence[str]) -> None:
@@ -486,23 +490,25 @@ class SQLiteStore(SQLiteRecords):
     async def asearch_messages(
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
-        """FTS5 search ranked by BM25 over the message text; only the resource's index entries are read."""
+        """FTS5 search ranked by BM25 over the message text; only the resource's index entries are
+        read. A query holding CJK text ranks from the bigram table first (``sqlite_cjk``), others
+        from the stemmed English index first; the other table fills the remaining places."""
         resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not self._fts:
             raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")
         if not terms:
             return []
 
-        def ranked(conn: sqlite3.Connection, match: str) -> list[SearchHit]:
+        def ranked(conn: sqlite3.Connection, table: str, match: str) -> list[SearchHit]:
             # rank only the newest RANK_CANDIDATES matches: the rowid of the last of them is found
             # by walking the doclists alone (no ranking), then FTS5 ranks rows at or above it
             floor = conn.execute(
-                "SELECT rowid FROM message_search WHERE message_search MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
                 (match, RANK_CANDIDATES - 1),
             ).fetchone()
             rows = conn.execute(
                 f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, s.rank AS rank FROM "
-                "(SELECT thread_id, message_id, rank FROM message_search WHERE message_search MATCH ? "
+                f"(SELECT thread_id, message_id, rank FROM {table} WHERE {table} MATCH ? "
                 "AND rowid >= ? ORDER BY rank LIMIT ?) AS s "
                 "JOIN messages AS m ON m.thread_id = s.thread_id AND m.id = s.message_id "
                 "WHERE m.resource_id = ? ORDER BY s.rank",
@@ -510,11 +516,28 @@ class SQLiteStore(SQLiteRecords):
             )
             return [SearchHit(message=_message(row), score=-float(row["rank"])) for row in rows]
 
+        def english(conn: sqlite3.Connection) -> list[SearchHit]:
+            words = terms.english
+            return in_table(conn, "message_search", len(words),
+                            lambda every: fts5_match(words, resource_id, thread_id, every=every))
+
+        def cjk(conn: sqlite3.Connection) -> list[SearchHit]:
+            return in_table(conn, CJK_TABLE, len(terms.cjk),
+                            lambda every: fts5_cjk_match(terms.cjk, resource_id, thread_id, every=every))
+
+        def in_table(
+            conn: sqlite3.Connection, table: str, n_terms: int, match: Callable[[bool], str]
+        ) -> list[SearchHit]:
+            """Hits holding every term first, then those holding some."""
+            if not n_terms:
+                return []
+            every = ranked(conn, table, match(True)) if n_terms > 1 else []
+            return every if len(every) >= count else merge_ranked(every, ranked(conn, table, match(False)), count)
+
         def run(conn: sqlite3.Connection) -> list[SearchHit]:
-            every = ranked(conn, fts5_match(terms, resource_id, thread_id, every=True)) if len(terms) > 1 else []
-            if len(every) >= count:
-                return every
-            return merge_ranked(every, ranked(conn, fts5_match(terms, resource_id, thread_id)), count)
+            first, then = (cjk, english) if terms.cjk_first else (english, cjk)
+            found = first(conn)
+            return found if len(found) >= count else merge_ranked(found, then(conn), count)
 
         return await self._run(run)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from . import _util as u
+from . import sqlite_cjk
 from . import sqlite_schema as schema
 from .base import InvalidStoreInput, StoreError
 
@@ -103,6 +104,7 @@ class SQLiteConnection:
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_due and _checkpoint
             self._migrate(conn)
+            self._backfill_cjk(conn)
         except BaseException:
             conn.close()
             raise
@@ -111,6 +113,14 @@ class SQLiteConnection:
     def _migrate(self, conn: sqlite3.Connection) -> None:
         with immediate(conn):
             self._fts = schema.migrate(conn, self.path)
+
+    def _backfill_cjk(self, conn: sqlite3.Connection) -> None:
+        """Index the messages stored before the CJK index existed, one committed batch at a time
+        (a process killed half-way resumes from the last committed batch on its next open)."""
+        while self._fts and sqlite_cjk.backfill_pending(conn):
+            with immediate(conn):
+                if sqlite_cjk.backfill_batch(conn):
+                    return
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in the calling (worker) thread, then a checkpoint if one is due."""

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from . import _util as u
 from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
-from .search import scope_token, search_text
+from .search import search_text
+from .sqlite_cjk import create_cjk_index, has_cjk_index, search_scope
 
 APPLICATION_ID = int.from_bytes(b"LcOM", "big")
 """``PRAGMA application_id`` of every SQLite file the store writes (SQLite's own way for a file
@@ -168,11 +169,6 @@ def create_search_index(conn: sqlite3.Connection) -> None:
         )
 
 
-def search_scope(resource_id: str, thread_id: str) -> str:
-    """The ``scope`` column of a message's index entry: its resource and thread tokens."""
-    return f"{scope_token('r', resource_id)} {scope_token('t', thread_id)}"
-
-
 def _migrate_v4(conn: sqlite3.Connection) -> None:
     """Recall search: the embeddings table, and the keyword index backfilled from every stored
     message (skipped on a SQLite without FTS5; created on a later open by one that has it)."""
@@ -195,6 +191,15 @@ CREATE TABLE IF NOT EXISTS leases (
 # index in place, so MARK_OBSERVED_SQL already reads only the unobserved rows. The number stays in
 # step so both stores share one SCHEMA_VERSION.
 _NOTHING_V6 = ""
+
+
+def _migrate_v7(conn: sqlite3.Connection) -> None:
+    """CJK keyword search: the bigram table, empty, and its backfill bookmark; the stored messages
+    are indexed after the migration commits, in batches (``sqlite_cjk.backfill_batch``)."""
+    if fts5_available() and not has_cjk_index(conn):
+        create_cjk_index(conn)
+
+
 MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
@@ -202,6 +207,7 @@ MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     4: _migrate_v4,
     5: _LEASES_V5,
     6: _NOTHING_V6,
+    7: _migrate_v7,
 }
 
 
@@ -265,6 +271,8 @@ def migrate(conn: sqlite3.Connection, path: str) -> bool:
     if version == SCHEMA_VERSION:
         if fts5_available() and not has_search_index(conn):
             create_search_index(conn)  # migrated by a SQLite without FTS5: index now
+        if fts5_available() and not has_cjk_index(conn):
+            create_cjk_index(conn)
         return fts5_available()
     fts = fts5_available()
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")

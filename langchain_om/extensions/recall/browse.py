@@ -93,7 +93,7 @@ def _describe_next(next_call: dict[str, Any] | None, parts: Sequence[Part], args
     if next_call is None:
         which = " matching the filters" if args.part_type or args.tool_name else ""
         return f'detail="high" shows one part per call; this is the last part{which} in this thread.'
-    rendered = ", ".join(f"{key}={json.dumps(value)}" for key, value in next_call.items())
+    rendered = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in next_call.items())
     rest = [i for i in _matching(parts, args) if i > index]
     where = (f"{len(rest)} more part{'s' if len(rest) != 1 else ''} in this message: "
              + ", ".join(f"[p{i}]" for i in rest)) if rest else "next message"
@@ -238,7 +238,7 @@ async def _high_page(
     out = result("(no parts on this page match the filters)", 0)
     out["next_call"] = next_call
     out["hint"] = ("Next matching part: call recall with " + ", ".join(
-        f"{key}={json.dumps(value)}" for key, value in next_call.items())
+        f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in next_call.items())
         if next_call is not None else "No part after this page matches the filters either.")
     return out
 
