@@ -6,8 +6,9 @@ without being written into checkpointed state. The raw messages live in OM's sto
 (recall pages through them); once observed they also leave the agent's state
 (``remove_observed``), in the model node's own update: ``{"messages": [RemoveMessage...,
 reply], "om_position": ...}``, one dict with the reply last, so ``stream_mode="updates"``
-reads like any agent's. The checkpointed state stays as bounded as the context. Without that, every checkpoint of a long conversation would
-re-serialize its whole history, and every step would pay for it.
+reads like any agent's. The checkpointed state stays as bounded as the context. Without
+that, every checkpoint of a long conversation would re-serialize its whole history, and
+every step would pay for it.
 
 System prompt order: the user's own system prompt first, then OM's context. The user's
 prompt never changes between steps and OM's observation log changes only when
@@ -112,9 +113,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
 
     ``remove_observed`` (default on): messages OM has observed leave the agent's state in the
     same update as the model's answer (``RemoveMessage``s first, the reply last under
-    ``"messages"``), so checkpoints stay bounded and every streamed update is one dict. They stay in OM's store: ``recall`` and
-    ``om.store.aget_messages`` return them. Pair a durable checkpointer with a durable OM
-    store (SQLite, PostgreSQL); turn it off to keep the whole raw conversation in state.
+    ``"messages"``), so checkpoints stay bounded and every streamed update is one dict.
+    They stay in OM's store: ``recall`` and ``om.store.aget_messages`` return them.
+    Pair a durable checkpointer with a durable OM store (SQLite, PostgreSQL); turn it off to
+    keep the whole raw conversation in state.
 
     ``keep_in_state`` (with ``remove_observed``): ``"unobserved"`` (default) leaves OM's whole
     unobserved window in state, so the state reads like the model's view; ``"turn"`` keeps
