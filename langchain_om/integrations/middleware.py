@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, cast
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
@@ -167,7 +167,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         ``update["model"]["messages"][-1]`` (issue 31)."""
         state_messages = [m for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)]
         removals: list[BaseMessage] = []
-        if self.remove_observed:
+        if self.remove_observed and not _repaired_by_agent(state_messages):
             # only ids that are in state now: an outer middleware may have rewritten request.messages
             in_state = {m.id for m in state_messages}
             observed = self.om.observed_state_ids(branch, request.messages, context, resource_id=resource_id,
@@ -241,6 +241,15 @@ def _position_update(state: OMAgentState, position: dict[str, Any]) -> dict[str,
 def _answer(response: ModelResponse[Any], position: dict[str, Any]) -> ExtendedModelResponse[Any]:
     """The model node's update: one dict, ``messages`` (the reply last) and ``om_position``."""
     return ExtendedModelResponse(model_response=response, command=Command(update={POSITION_KEY: position}))
+
+
+def _repaired_by_agent(messages: list[BaseMessage]) -> bool:
+    """Whether ``create_agent`` answers an invalid tool call itself this step: it then rewrites the
+    whole message list (``REMOVE_ALL_MESSAGES``), under which a ``RemoveMessage`` would be kept as
+    a message. The removals wait for the next step then."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return any(call.get("id") not in answered for m in messages if isinstance(m, AIMessage)
+               for call in m.invalid_tool_calls)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:
