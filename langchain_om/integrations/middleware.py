@@ -101,7 +101,9 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
 
     ``agent = create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(om)],
     checkpointer=...)``; invoke with ``config={"configurable": {"thread_id": ...,
-    "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``). Each model call
+    "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``), or name the user in
+    LangChain's runtime context (``context_schema=Context``, ``invoke(..., context=Context(user_id=
+    ...))``; see docs/context.md for the precedence). Each model call
     is one OM step: exactly one ``data-om-status`` event precedes it. The middleware
     contributes OM's tools (``om_tools``): ``recall`` when retrieval is on and
     ``update_working_memory`` when working memory is agent-managed. When OM aborts a step
