@@ -41,7 +41,7 @@ from ..engine import ObservationalMemory, OMAborted, OMContext, Phase
 from ..engine.live_runs import closed_at_turn_end
 from ..extensions.branches import POSITION_KEY, aposition, aresolve
 from ..foundation.context import OM_CONTEXT_MESSAGE_ID
-from ..foundation.run_ids import user_id_alias
+from ..foundation.run_ids import resource_from
 
 logger = logging.getLogger("langchain_om.integrations.graph")
 
@@ -67,10 +67,12 @@ def tripwire_message(reason: str) -> AIMessage:
 
 
 def ids_from_config(config: RunnableConfig | None) -> tuple[str, str | None]:
-    """``(thread_id, resource_id)`` from ``config["configurable"]``.
+    """``(thread_id, resource_id)`` from ``config["configurable"]`` and the runtime context.
 
     ``resource_id`` is optional; ``user_id`` is accepted as an alias because LangGraph
     Platform and many apps already carry the user there. ``resource_id`` wins if both are set.
+    The user may also come from the runtime context (``invoke(..., context=...)``); when both
+    places name one they must agree (``foundation/run_ids.py``).
     """
     configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
     thread_id = configurable.get("thread_id")
@@ -79,10 +81,7 @@ def ids_from_config(config: RunnableConfig | None) -> tuple[str, str | None]:
             'config["configurable"]["thread_id"]: required by Observational Memory '
             '(pass config={"configurable": {"thread_id": ...}})'
         )
-    resource_id = configurable.get("resource_id")
-    if resource_id is None:
-        resource_id = user_id_alias(configurable)
-    return str(thread_id), (str(resource_id) if resource_id is not None else None)
+    return str(thread_id), resource_from(config)
 
 
 def _state_messages(state: Any, key: str) -> list[BaseMessage]:
@@ -489,10 +488,12 @@ def om_tools(om: ObservationalMemory) -> list[BaseTool]:
 
 
 def _with_resource(config: RunnableConfig) -> RunnableConfig:
-    """``config`` with ``resource_id`` set the way ``ids_from_config`` reads it (``user_id`` alias)."""
+    """``config`` with ``resource_id`` set the way ``ids_from_config`` reads it (``user_id`` alias,
+    runtime context)."""
     configurable = dict(config.get("configurable") or {})
-    if configurable.get("resource_id") is None and configurable.get("user_id") is not None:
-        configurable["resource_id"] = str(configurable["user_id"])
+    resource = resource_from(config)
+    if resource is not None:
+        configurable["resource_id"] = resource
     return {**config, "configurable": configurable}
 
 

@@ -4,9 +4,11 @@ The context is built in ``wrap_model_call`` / ``awrap_model_call`` and handed to
 through ``request.override(messages=..., system_message=...)``: it reaches the model
 without being written into checkpointed state. The raw messages live in OM's store
 (recall pages through them); once observed they also leave the agent's state
-(``remove_observed``), with the model's answer, so the checkpointed state stays as
-bounded as the context. Without that, every checkpoint of a long conversation would
-re-serialize its whole history, and every step would pay for it.
+(``remove_observed``), in the model node's own update: ``{"messages": [RemoveMessage...,
+reply], "om_position": ...}``, one dict with the reply last, so ``stream_mode="updates"``
+reads like any agent's. The checkpointed state stays as bounded as the context. Without
+that, every checkpoint of a long conversation would re-serialize its whole history, and
+every step would pay for it.
 
 System prompt order: the user's own system prompt first, then OM's context. The user's
 prompt never changes between steps and OM's observation log changes only when
@@ -17,13 +19,14 @@ stays byte-identical across steps, which is what provider prompt caches reuse.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
@@ -31,7 +34,7 @@ from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from ..engine import ObservationalMemory, OMContext
-from ..extensions.branches import POSITION_KEY
+from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
 from ..foundation.context import OM_CONTEXT_MESSAGE_ID
 from .graph import TRIPWIRE_KEY, aprocess_at_checkpoint, aturn_end_at_checkpoint, om_tools, tripwire_message
 
@@ -98,7 +101,9 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
 
     ``agent = create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(om)],
     checkpointer=...)``; invoke with ``config={"configurable": {"thread_id": ...,
-    "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``). Each model call
+    "resource_id": ...}}`` (``user_id`` is accepted for ``resource_id``), or name the user in
+    LangChain's runtime context (``context_schema=Context``, ``invoke(..., context=Context(user_id=
+    ...))``; see docs/context.md for the precedence). Each model call
     is one OM step: exactly one ``data-om-status`` event precedes it. The middleware
     contributes OM's tools (``om_tools``): ``recall`` when retrieval is on and
     ``update_working_memory`` when working memory is agent-managed. When OM aborts a step
@@ -109,10 +114,11 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     don't run a sync agent from inside a running event loop's thread.
 
     ``remove_observed`` (default on): messages OM has observed leave the agent's state in the
-    same update as the model's answer (``RemoveMessage``), as ``SummarizationMiddleware``
-    shrinks its state, so checkpoints stay bounded. They stay in OM's store: ``recall`` and
-    ``om.store.aget_messages`` return them. Pair a durable checkpointer with a durable OM
-    store (SQLite, PostgreSQL); turn it off to keep the whole raw conversation in state.
+    same update as the model's answer (``RemoveMessage``s first, the reply last under
+    ``"messages"``), so checkpoints stay bounded and every streamed update is one dict.
+    They stay in OM's store: ``recall`` and ``om.store.aget_messages`` return them.
+    Pair a durable checkpointer with a durable OM store (SQLite, PostgreSQL); turn it off to
+    keep the whole raw conversation in state.
 
     ``keep_in_state`` (with ``remove_observed``): ``"unobserved"`` (default) leaves OM's whole
     unobserved window in state, so the state reads like the model's view; ``"turn"`` keeps
@@ -150,21 +156,38 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         system = merge_system_messages(system, context.system_message)
         return request.override(messages=cast("list[AnyMessage]", list(context.messages)), system_message=system)
 
-    def _with_removals(
+    def _finish(
         self, response: ModelResponse[Any], request: ModelRequest[Any], context: OMContext,
         branch: str, resource_id: str | None, position: dict[str, Any],
-    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-        """The model's answer, OM's position and the removal of observed messages from the state."""
-        update: dict[str, Any] = {POSITION_KEY: position}
-        if self.remove_observed:
+    ) -> tuple[ModelResponse[Any], list[BaseMessage], bool]:
+        """The model node's answer with the removal of observed messages in front of it, the
+        state's messages after this update, and whether the answer ends the turn.
+
+        The removals travel in the answer's own ``messages`` (``RemoveMessage`` first, the reply
+        last) rather than in a second ``Command``: LangGraph streams a node that returns two
+        updates of the same key as a list of dicts, and ``stream_mode="updates"`` users read
+        ``update["model"]["messages"][-1]`` (issue 31)."""
+        state_messages = [m for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)]
+        removals: list[BaseMessage] = []
+        if self.remove_observed and not _repaired_by_agent(state_messages):
             # only ids that are in state now: an outer middleware may have rewritten request.messages
-            in_state = {m.id for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)}
+            in_state = {m.id for m in state_messages}
             observed = self.om.observed_state_ids(branch, request.messages, context, resource_id=resource_id,
                                                   keep_unobserved=self.keep_in_state == "unobserved")
             removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
-            if removals:
-                update["messages"] = removals
-        return ExtendedModelResponse(model_response=response, command=Command(update=update))
+        replies = [_with_id(m) for m in response.result]
+        gone = {m.id for m in removals}
+        after = [m for m in state_messages if m.id not in gone] + replies
+        answer = ModelResponse(result=[*removals, *replies], structured_response=response.structured_response)
+        return answer, after, _ends_turn(response)
+
+    async def _aturn_end(self, after: list[BaseMessage], branch: str, resource_id: str | None,
+                         position: dict[str, Any]) -> dict[str, Any]:
+        """The end of a turn, in the model node that wrote the final answer: store it (and buffer on
+        idle), so the position beside the answer already covers it and ``after_agent`` has nothing
+        to write (an update holding only ``om_position`` breaks ``update["messages"]`` loops)."""
+        await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=_run_config())
+        return await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
 
     async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, dict[str, Any], str, str | None]:
         config = _run_config()
@@ -178,10 +201,12 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         context, position, branch, resource_id = await self._astep(request)
         if context.aborted:
-            return ExtendedModelResponse(model_response=ModelResponse(result=[tripwire_message(context.aborted)]),
-                                         command=Command(update={POSITION_KEY: position}))
+            return _answer(ModelResponse(result=[tripwire_message(context.aborted)]), position)
         response = await handler(self._request(request, context))
-        return self._with_removals(response, request, context, branch, resource_id, position)
+        answer, after, ends = self._finish(response, request, context, branch, resource_id, position)
+        if ends:
+            position = await self._aturn_end(after, branch, resource_id, position)
+        return _answer(answer, position)
 
     def wrap_model_call(
         self,
@@ -190,19 +215,58 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         context, position, branch, resource_id = self.om._loop.run(self._astep(request))
         if context.aborted:
-            return ExtendedModelResponse(model_response=ModelResponse(result=[tripwire_message(context.aborted)]),
-                                         command=Command(update={POSITION_KEY: position}))
+            return _answer(ModelResponse(result=[tripwire_message(context.aborted)]), position)
         response = handler(self._request(request, context))
-        return self._with_removals(response, request, context, branch, resource_id, position)
+        answer, after, ends = self._finish(response, request, context, branch, resource_id, position)
+        if ends:
+            position = self.om._loop.run(self._aturn_end(after, branch, resource_id, position))
+        return _answer(answer, position)
+
 
     async def aafter_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), _run_config())
-        return {POSITION_KEY: position}
+        return _position_update(state, position)
 
     def after_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         config = _run_config()
         position = self.om._loop.run(aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config))
-        return {POSITION_KEY: position}
+        return _position_update(state, position)
+
+
+def _position_update(state: OMAgentState, position: dict[str, Any]) -> dict[str, Any] | None:
+    """``after_agent`` closes the run; it writes ``om_position`` only when the turn stored something
+    after the model's final answer (another middleware's ``after_model`` edit, a ``return_direct``
+    tool): normally the model node's update already holds it, and this node's update is None."""
+    return None if state.get(POSITION_KEY) == position else {POSITION_KEY: position}
+
+
+def _answer(response: ModelResponse[Any], position: dict[str, Any]) -> ExtendedModelResponse[Any]:
+    """The model node's update: one dict, ``messages`` (the reply last) and ``om_position``."""
+    return ExtendedModelResponse(model_response=response, command=Command(update={POSITION_KEY: position}))
+
+
+def _repaired_by_agent(messages: list[BaseMessage]) -> bool:
+    """Whether ``create_agent`` answers an invalid tool call itself this step: it then rewrites the
+    whole message list (``REMOVE_ALL_MESSAGES``), under which a ``RemoveMessage`` would be kept as
+    a message. The removals wait for the next step then."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return any(call.get("id") not in answered for m in messages if isinstance(m, AIMessage)
+               for call in m.invalid_tool_calls)
+
+
+def _with_id(message: BaseMessage) -> BaseMessage:
+    """The reply with an id, so OM stores it under the id the agent's state will hold."""
+    if message.id:
+        return message
+    return message.model_copy(update={"id": str(uuid.uuid4())})
+
+
+def _ends_turn(response: ModelResponse[Any]) -> bool:
+    """Whether the agent stops after this answer: a structured response, or no tool call to run."""
+    if response.structured_response is not None:
+        return True
+    last = next((m for m in reversed(response.result) if isinstance(m, AIMessage)), None)
+    return last is None or not last.tool_calls
 
 
 def _plain(messages: Sequence[Any]) -> list[BaseMessage]:
