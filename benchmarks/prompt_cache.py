@@ -160,7 +160,8 @@ async def measure(min_prefix: int, steps: int | None, thresholds: str) -> dict[s
         cached.append(shared if shared >= min_prefix else 0)
         previous = current
     share = sum(cached) / sum(totals) if totals else 0.0
-    return {"thresholds": thresholds, "turns": len(turns), "calls": len(inputs), "input_tokens_mean": statistics.fmean(totals) if totals else 0.0,
+    return {"thresholds": thresholds, "turns": len(turns), "calls": len(inputs),
+            "input_tokens_mean": statistics.fmean(totals) if totals else 0.0,
             "input_tokens_total": sum(totals), "cached_tokens_total": sum(cached), "cached_share": share,
             "meets_target": share >= TARGET}
 
