@@ -13,7 +13,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from typing import Any, ClassVar, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -24,6 +24,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
+from .model_calls.language import conversation_language
 from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
 from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
 
@@ -257,9 +258,11 @@ class ScriptedObserverModel(_ScriptedBase):
 
     Observer: one bullet per user message (🔴 when it states a preference, commitment,
     number or date, else 🟡) and one 🟢/🟡 "Assistant ..." bullet per assistant turn, under
-    per-day Date headers, with the transcript's times. Reflector: dedupes, keeps Date
-    headers and every 🔴 line, the newest 🟡 per day, drops 🟢; higher levels keep less.
-    The result is always smaller than the input once the log has more than 3 bullets.
+    per-day Date headers, with the transcript's times, relative dates resolved at the end
+    of the line ("(meaning 2026-03-13)"), ✅ on what was done, in the conversation's
+    language (English or Japanese). Reflector: dedupes, keeps Date headers and every 🔴
+    line, the newest 🟡 per day, drops 🟢; higher levels keep less but never a 🔴 line, and
+    the result is never longer than the input.
     """
 
     SCRIPTED_NOTICE: ClassVar[str] = (
@@ -296,16 +299,17 @@ class ScriptedObserverModel(_ScriptedBase):
             sections = [(None, transcript)]
         bodies: list[str] = []
         users: list[_Entry] = []
+        words = _JAPANESE_WORDS if conversation_language(transcript) == "Japanese" else _ENGLISH_WORDS
         for label, text in sections:
-            blocks, section_users = _observe_entries(_parse_transcript(text))
+            blocks, section_users = _observe_entries(_parse_transcript(text), words)
             users.extend(section_users)
             body = "\n\n".join(blocks)
             bodies.append(f"=== Thread {label} ===\n{body}" if label else body)
-        last_user = _short(users[-1].text, 120) if users else "continue the conversation"
+        last_user = _short(users[-1].text, 120) if users else words["continue"]
         out = [
             "<observations>\n" + "\n\n".join(bodies) + "\n</observations>",
-            f"<current-task>Respond to the user's latest message: {last_user}</current-task>",
-            f"<suggested-response>Continue by addressing: {last_user}</suggested-response>",
+            f"<current-task>{words['task']}{last_user}</current-task>",
+            f"<suggested-response>{words['suggest']}{last_user}</suggested-response>",
         ]
         if want_title:
             title = " ".join(users[0].text.split()[:6]) if users else "Conversation"
@@ -323,6 +327,10 @@ class ScriptedObserverModel(_ScriptedBase):
         level = int(level_match.group(1)) if level_match else 0
         log = _section(prompt, "observation-log") or prompt
         condensed = condense_log(log, level)
+        target = re.search(r"Target length: at most about (\d+) tokens", prompt)
+        while target and level < 3 and _estimate(condensed) > int(target.group(1)):
+            level += 1  # as a model heeding the target would: condense harder, never drop a 🔴 note
+            condensed = condense_log(log, level)
         out = ["<observations>\n" + condensed + "\n</observations>"]
         for slug in slugs:
             out.append(f"<{slug}>Consolidated at level {level}</{slug}>")
@@ -354,10 +362,14 @@ class ScriptedLoopingModel(ScriptedObserverModel):
 
 
 def condense_log(log: str, level: int = 0) -> str:
-    """The scripted Reflector's rules, usable on their own (deterministic)."""
+    """The scripted Reflector's rules, usable on their own (deterministic).
+
+    Every 🔴 line survives at every level with its names, numbers and dates (from level 2 on, a
+    day's 🔴 lines share one line, joined by "; "); levels drop 🟢 first, then older 🟡. The result
+    is never longer than ``log``: when nothing can be dropped or merged, the input comes back as it
+    was (and the engine, seeing no shrink, commits nothing)."""
     days: list[tuple[str, list[tuple[str, str, str]]]] = []  # header, [(mark, time, text)]
     seen: set[str] = set()
-    total_bullets = 0
     for raw in log.splitlines():
         line = raw.strip()
         if not line:
@@ -369,7 +381,6 @@ def condense_log(log: str, level: int = 0) -> str:
         match = _BULLET_TIME_RE.match(line)
         if not match:
             continue
-        total_bullets += 1
         mark, time_, text = match.group(1) or "🟡", match.group(2) or "", match.group(3).strip()
         key = re.sub(r"\W+", " ", text.lower()).strip()
         if not key or key in seen:
@@ -379,48 +390,66 @@ def condense_log(log: str, level: int = 0) -> str:
             days.append(("Date: unknown", []))
         days[-1][1].append((mark, time_, text))
 
-    def fmt(mark: str, time_: str, text: str, limit: int | None = None) -> str:
-        body = _short(text, limit) if limit else text
-        return f"* {mark} ({time_}) {body}" if time_ else f"* {mark} {body}"
-
-    def render(keep: Callable[[int, list[tuple[str, str, str]]], list[tuple[str, str, str]]],
-               limit: int | None = None) -> tuple[str, int]:
-        blocks: list[str] = []
-        count = 0
-        for day_index, (header, items) in enumerate(days):
-            kept = keep(day_index, items)
-            if kept:
-                count += len(kept)
-                blocks.append(header + "\n" + "\n".join(fmt(*item, limit=limit) for item in kept))
-        return "\n\n".join(blocks), count
+    def fmt(mark: str, time_: str, text: str) -> str:
+        return f"* {mark} ({time_}) {text}" if time_ else f"* {mark} {text}"
 
     last_day = len(days) - 1
-
-    def level0(_: int, items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-        yellows = [i for i in items if i[0] == "🟡"]
-        newest_yellow = yellows[-1] if yellows else None
-        return [i for i in items if i[0] == "🔴" or i is newest_yellow]
-
-    def level1(day: int, items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    blocks: list[str] = []
+    for day_index, (header, items) in enumerate(days):
         reds = [i for i in items if i[0] == "🔴"]
         yellows = [i for i in items if i[0] == "🟡"]
-        return reds + (yellows[-1:] if day == last_day else [])
-
-    reds_all = [(d, i) for d, (_, items) in enumerate(days) for i in items if i[0] == "🔴"]
-    keep_from = max(0, len(reds_all) - max(3, len(reds_all) // 3))
-    newest_reds = {id(i) for _, i in reds_all[keep_from:]}
-
-    def level2(_: int, items: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-        return [i for i in items if id(i) in newest_reds]
-
-    chooser = {0: level0, 1: level1}.get(level, level2)
-    text, kept = render(chooser, limit=None if level == 0 else (120 if level == 1 else 80))
-    if total_bullets > 3 and kept >= total_bullets:
-        # nothing could be dropped: shorten every bullet so the log still shrinks
-        text, kept = render(chooser, limit=60)
-    if not kept:
-        text, kept = render(lambda _d, items: items[-1:], limit=80)
+        if level == 0:
+            kept = [i for i in items if i[0] == "🔴" or (yellows and i is yellows[-1])]
+        elif level == 1:
+            kept = [_terse(i) for i in reds] + ([_shortened(yellows[-1], 120)]
+                                                if yellows and day_index == last_day else [])
+        else:
+            squeeze = _terse if level == 2 else _essential
+            kept = [_joined([squeeze(i) for i in reds])] if len(reds) > 1 else [squeeze(i) for i in reds]
+            if level == 2 and yellows and day_index == last_day:
+                kept.append(_shortened(yellows[-1], 80))
+        if kept:
+            blocks.append(header + "\n" + "\n".join(fmt(*item) for item in kept))
+    text = "\n\n".join(blocks)
+    if level == 0 and text and len(text) >= len(log.strip()):
+        return condense_log(log, 1)  # nothing to drop: say the 🔴 lines in fewer words
+    if not text or len(text) >= len(log.strip()):
+        return log.strip()
     return text
+
+
+_FILLER = frozenset(
+    "a an the and or but so that this these those to of on in at by with about just really very "
+    "also some any it it's is are was were be been am please said: said".split())
+
+
+def _terse(item: tuple[str, str, str]) -> tuple[str, str, str]:
+    """A 🔴 note in fewer words: filler words go, every word with a digit, a capital or a mark stays
+    (names, numbers, dates, ✅), and so does all text without spaces (Japanese)."""
+    words = item[2].split()
+    kept = [w for i, w in enumerate(words) if i == 0 or w.lower() not in _FILLER or any(c.isdigit() for c in w)]
+    return item[0], item[1], " ".join(kept)
+
+
+def _essential(item: tuple[str, str, str], head: int = 8) -> tuple[str, str, str]:
+    """A 🔴 note cut to its gist: the first ``head`` words, then only the words that carry a name,
+    a number or a date (a digit or a capital letter), so none of those is ever lost."""
+    words = _terse(item)[2].split()
+    if len(words) <= head:
+        return item[0], item[1], " ".join(words)
+    rest = [w for w in words[head:] if any(c.isdigit() or c.isupper() or c == "✅" for c in w)]
+    return item[0], item[1], " ".join([*words[:head], "…", *rest]) if rest else " ".join(words[:head]) + " …"
+
+
+def _shortened(item: tuple[str, str, str], limit: int) -> tuple[str, str, str]:
+    return item[0], item[1], _short(item[2], limit)
+
+
+def _joined(reds: list[tuple[str, str, str]]) -> tuple[str, str, str]:
+    """A day's 🔴 lines as one line, each kept whole (with its time), so nothing of them is lost."""
+    first = reds[0]
+    rest = "; ".join(f"({time_}) {text}" if time_ else text for _, time_, text in reds[1:])
+    return "🔴", first[1], f"{first[2]}; {rest}"
 
 
 # --------------------------------------------------------------------------- agent
@@ -503,11 +532,78 @@ def scripted_om_models(**kwargs: Any) -> Mapping[str, ScriptedObserverModel]:
     return {"observer": model, "reflector": model}
 
 
+def _has_cjk_detail(text: str) -> bool:
+    """Japanese statements of numbers, dates and wishes count as important, as English ones do."""
+    return bool(re.search(r"[0-9０-９]|予算|予約|好き|嫌い|アレルギー|したい|予定|締め切り|名前|明日|来週|月|日", text))
+
+
 _THREAD_HEADER = re.compile(r"^=== Thread (\S+) ===$", re.MULTILINE)
 
 
-def _observe_entries(entries: Sequence[_Entry]) -> tuple[list[str], list[_Entry]]:
-    """Dated blocks of rule-based observations for one thread's transcript entries."""
+_ENGLISH_WORDS = {"user": "User said: ", "assistant": "Assistant", "tool": "used tool ", "replied": "replied: ",
+                  "task": "Respond to the user's latest message: ", "suggest": "Continue by addressing: ",
+                  "continue": "continue the conversation", "nothing": "Nothing to observe."}
+_JAPANESE_WORDS = {"user": "ユーザー: ", "assistant": "アシスタント", "tool": "ツール使用 ", "replied": "返答: ",
+                   "task": "ユーザーの最新のメッセージに応える: ", "suggest": "次に扱うこと: ",
+                   "continue": "会話を続ける", "nothing": "記録することなし。"}
+"""The scripted Observer's own words, in the conversation's language (only these two here)."""
+
+_DONE = re.compile(
+    r"\b(?:booked|bought|paid|finished|completed|submitted|reserved|ordered|signed|sent|cancelled|canceled|"
+    r"done|got it done)\b|予約した|予約しました|買った|買いました|払った|払いました|終わった|終わりました|"
+    r"完了|済み|済ませ",
+    re.IGNORECASE)
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_WEEKDAYS_JA = ("月曜", "火曜", "水曜", "木曜", "金曜", "土曜", "日曜")
+_IN_N = re.compile(r"\bin (\d{1,3}|a|one|two|three|four|five|six) (day|week)s?\b", re.IGNORECASE)
+_N_AGO = re.compile(r"\b(\d{1,3}|a|one|two|three|four|five|six) (day|week)s? ago\b", re.IGNORECASE)
+_NUMBER_WORDS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def resolve_relative_date(text: str, said_on: date) -> date | None:
+    """The absolute date a relative expression in ``text`` points at, said on ``said_on`` (the
+    scripted Observer's small rule set: today/tomorrow/yesterday, next or plain weekdays, "in N
+    days/weeks", "N days/weeks ago", and their Japanese forms); None when there is none."""
+    lowered = text.lower()
+    if "day after tomorrow" in lowered or "明後日" in text or "あさって" in text:
+        return said_on + timedelta(days=2)
+    if re.search(r"\btomorrow\b", lowered) or "明日" in text:
+        return said_on + timedelta(days=1)
+    if re.search(r"\byesterday\b", lowered) or "昨日" in text:
+        return said_on - timedelta(days=1)
+    for pattern, sign in ((_IN_N, 1), (_N_AGO, -1)):
+        match = pattern.search(text)
+        if match:
+            raw = match.group(1).lower()
+            count = int(raw) if raw.isdigit() else _NUMBER_WORDS[raw]
+            days = count * (7 if match.group(2).lower() == "week" else 1)
+            return said_on + timedelta(days=sign * days)
+    for index, (name, japanese) in enumerate(zip(_WEEKDAYS, _WEEKDAYS_JA, strict=True)):
+        english = re.search(rf"\b(next|this|on|last)?\s*{name}\b", lowered)
+        if english or japanese in text:
+            ahead = (index - said_on.weekday()) % 7
+            if english and english.group(1) == "last":
+                return said_on - timedelta(days=(said_on.weekday() - index) % 7 or 7)
+            if english and english.group(1) == "next" and ahead == 0:
+                ahead = 7
+            return said_on + timedelta(days=ahead or 7)
+    return None
+
+
+def _dated(text: str, day: str) -> str:
+    """``text`` with the absolute date of its relative expression at the end, as the prompt asks."""
+    try:
+        said_on = datetime.strptime(day, "%Y-%m-%d").date()
+    except ValueError:
+        return text
+    resolved = resolve_relative_date(text, said_on)
+    return f"{text} (meaning {resolved.isoformat()})" if resolved is not None else text
+
+
+def _observe_entries(entries: Sequence[_Entry], words: Mapping[str, str] = _ENGLISH_WORDS
+                     ) -> tuple[list[str], list[_Entry]]:
+    """Dated blocks of rule-based observations for one thread's transcript entries, in the
+    conversation's language: relative dates resolved at the end of the line, ✅ on what was done."""
     days: dict[str, list[str]] = {}
     users = [e for e in entries if e.speaker == "user"]
     pending: list[_Entry] = []
@@ -520,22 +616,24 @@ def _observe_entries(entries: Sequence[_Entry]) -> tuple[list[str], list[_Entry]
         tools = [e.text.split("(", 1)[0] for e in pending if e.speaker == "tool_call"]
         parts: list[str] = []
         if tools:
-            parts.append("used tool " + ", ".join(dict.fromkeys(tools)))
+            parts.append(words["tool"] + ", ".join(dict.fromkeys(tools)))
         if replies:
-            parts.append("replied: " + _short(replies[-1], 110))
+            parts.append(words["replied"] + _short(replies[-1], 110))
         mark = "🟡" if tools else "🟢"
-        days.setdefault(first.day, []).append(f"* {mark} ({first.time}) Assistant {'; '.join(parts)}")
+        days.setdefault(first.day, []).append(f"* {mark} ({first.time}) {words['assistant']} {'; '.join(parts)}")
         pending.clear()
 
     for entry in entries:
         if entry.speaker == "user":
             flush()
             plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text[:2000])  # the note keeps 160
-            mark = "🔴" if _IMPORTANT_WORDS.search(plain) else "🟡"
-            days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) User said: {_short(entry.text, 160)}")
+            mark = "🔴" if _IMPORTANT_WORDS.search(plain) or _has_cjk_detail(plain) else "🟡"
+            done = "✅ " if _DONE.search(plain) else ""
+            note = _dated(_short(entry.text, 160), entry.day)
+            days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) {done}{words['user']}{note}")
         elif entry.speaker in ("assistant", "tool_call"):
             pending.append(entry)
     flush()
     if not days:
-        days.setdefault(datetime.now().strftime("%Y-%m-%d"), []).append("* 🟢 (00:00) Nothing to observe.")
+        days.setdefault(datetime.now().strftime("%Y-%m-%d"), []).append(f"* 🟢 (00:00) {words['nothing']}")
     return [f"Date: {day} ({_weekday(day)})\n" + "\n".join(lines) for day, lines in days.items()], users

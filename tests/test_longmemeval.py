@@ -120,7 +120,12 @@ async def test_full_run_scores_by_type_and_memory_carries_the_evidence(tmp_path:
     for row in rows:
         call = prompts[row["question"]]
         assert isinstance(call[0], SystemMessage)
-        assert row["question_date"] in _text(call[0])
+        # the production context: one system message (instructions, then OM's context stating the
+        # question's date); no harness-only date line, no dates pasted into the messages
+        asked = parse_lme_date(row["question_date"])
+        assert f"Today is {asked:%A}, {asked.date().isoformat()}." in _text(call[0])
+        assert row["question_date"] not in _text(call[0])
+        assert sum(isinstance(m, SystemMessage) for m in call) == 1
         expected = scripted_answer(call)
         assert row["hypothesis"] == expected
     # the summary is exactly the rows' tally

@@ -178,14 +178,15 @@ def test_prompt_contents() -> None:
     assert "<user-profile>" in str(system.content) and "Stable facts about the user." in str(system.content)
     assert "thread-title" not in str(system.content)
     body = str(human.content)
-    assert "do not repeat these" in body and "User said their cat is Miso." in body
+    assert "do not copy them" in body and "User said their cat is Miso." in body
     assert "<previous-user-profile>\nname: Ana" in body
     assert "2026-12-01 14:05 (Tuesday)" in body
     assert "[2026-12-01 14:05] User: hi" in body
     # relative dates, priorities and the user/assistant distinction are asked for
     prompt = str(system.content)
-    for needle in ("next Friday", "🔴", "🟡", "🟢", "Date: 2026-12-01 (Tuesday)", "User said", "Assistant",
-                   "<observations>", "<current-task>", "<suggested-response>", "Never invent"):
+    for needle in ("(meaning 2026-03-13)", "🔴", "🟡", "🟢", "✅", "Date: YYYY-MM-DD (Weekday)", "User ...",
+                   "Assistant ...", "<observations>", "<current-task>", "<suggested-response>", "Never invent",
+                   "conversation's own language", "(was 3,000 EUR)", "one line each", "never turn it into a\n  fact"):
         assert needle in prompt
 
 

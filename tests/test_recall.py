@@ -309,7 +309,10 @@ async def test_instructions_by_scope_and_vector() -> None:
     assert 'mode="threads"' in text
     # no embedder: search is described as the keyword search it is, never as semantic
     assert 'mode="search"' in text and "containing its words" in text and "similar" not in text
-    assert text.rstrip().endswith("Prefer the billing thread.\n</recall-instructions>".strip())
+    # the guidance is static: it comes first, and ends with the application's own instruction
+    assert text.startswith("<recall-instructions>")
+    assert "Prefer the billing thread.\n</recall-instructions>" in text
+    assert "look for it with recall first" in text
     vector = make_om(InMemoryStore(), scope="resource", retrieval={
         "vector": True, "vector_store": InMemoryVectorStore(DeterministicFakeEmbedding(size=64))})
     both = retrieval_instructions(vector)

@@ -148,6 +148,9 @@ class EngineCore:
         self._live_runs = LiveRuns()  # the run each record streams into, for background events (live_runs.py)
         self._step_numbers = RunSteps()  # record key -> the run of its last step, that step's number
         self.section_providers: list[SectionProvider] = []
+        """Sections rendered after the observation log (they change as the conversation goes)."""
+        self.static_section_providers: list[SectionProvider] = []
+        """Sections rendered before the log (guidance that rarely changes: a cacheable prefix)."""
         self.message_listeners: list[MessageListener] = []
         if self.config.retrieval is not None:
             from ..extensions.recall import install_retrieval

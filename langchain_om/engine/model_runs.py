@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from ..foundation.events import (
@@ -161,9 +162,16 @@ def previous_observations(core: EngineCore, record: OMRecord) -> str:
         covered = set(pending.covered_group_ids)
         kept = [g.text for g in record.groups if g.id not in covered]
         text = "\n\n".join([pending.text, *kept])
-    return observer_mod.truncate_previous_observations(
+    return observer_mod.previous_with_marker(
         text, core.config.observation.previous_observer_tokens, core.counter.count_text
     )
+
+
+def _newest_moment(batch: Mapping[str, Sequence[StoredMessage]], clock: datetime) -> datetime:
+    """The Observer's "now": the newest observed message's time (its own timestamp, or the clock
+    when it was stored without one), else the step's clock."""
+    stamps = [rows[-1].created_at for rows in batch.values() if rows]
+    return max(stamps) if stamps else clock
 
 
 async def _call_observer(
@@ -191,8 +199,10 @@ async def _call_observer(
         current_title = thread.title if thread is not None else None
     prompt = observer_mod.build_observer_messages(
         transcript_all, previous_observations=previous_observations(core, record),
-        instruction=cfg.observation.instruction, now=step.now, want_thread_title=cfg.observation.thread_title,
+        instruction=cfg.observation.instruction, now=_newest_moment(batch, step.now),
+        want_thread_title=cfg.observation.thread_title,
         inline_extractors=inline, current_title=current_title,
+        previous_task=record.current_task, previous_suggestion=record.suggested_response,
     )
     input_tokens = core.counter.count_messages(prompt)
     call, parsed = await acall_observer(  # a looping reply is refused and asked for once more (replies.py)

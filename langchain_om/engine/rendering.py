@@ -4,11 +4,16 @@ newest human message pinned back in when an observation took it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import date, datetime
+
 from langchain_core.messages import BaseMessage
 
 from ..foundation.context import context_message, render_context
 from ..foundation.events import StatusData
 from ..foundation.inputs import Instructions, is_edit_message
+from ..foundation.log_dates import step_date
+from ..foundation.messages import message_timestamp
 from ..foundation.window import Window
 from ..store.base import OMRecord, StoredMessage, record_key
 from .core import EngineCore
@@ -16,13 +21,19 @@ from .state import OMContext, lru_put
 
 
 async def abuild_context(core: EngineCore, record: OMRecord, window: Window, resource_id: str, thread_id: str,
-                         status: StatusData) -> OMContext:
+                         status: StatusData, *, now: datetime | None = None) -> OMContext:
+    """The context for the agent's model; ``now`` is the step's clock (used only when no message
+    in the context carries its own timestamp)."""
+    static: list[str] = []
+    for provider in core.static_section_providers:
+        section = await provider(core, record, resource_id, thread_id)
+        if section:
+            static.append(section)
     sections: list[str] = []
     for provider in core.section_providers:
         section = await provider(core, record, resource_id, thread_id)
         if section:
             sections.append(section)
-    text = render(core, record, sections)
     messages = core.window_messages(resource_id, thread_id, window)
     if window.has_edits:  # corrections are for the Observer, not the model
         messages = [m for m in messages if not is_edit_message(m)]
@@ -30,6 +41,8 @@ async def abuild_context(core: EngineCore, record: OMRecord, window: Window, res
         pinned = await _pinned_message(core, record, resource_id, thread_id)
         if pinned is not None:
             messages.insert(0, core.message_of(resource_id, pinned))
+    today = step_date(step_time(messages, now or core._clock()))
+    text = render(core, record, sections, static, today)
     system = context_message(text) if text else None
     instructions, _tokens = instructions_of(core, record, thread_id)
     return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record,
@@ -71,17 +84,32 @@ def instructions_of(core: EngineCore, record: OMRecord, thread_id: str) -> tuple
     return messages, tokens
 
 
-def render(core: EngineCore, record: OMRecord, sections: list[str]) -> str | None:
-    """The system message text; rendered again only when the record or a section changed
-    (a 20k-token log takes ~0.1 ms to render, and most steps change neither)."""
-    stamp = (record.id, record.version, record.updated_at, tuple(sections))
+def step_time(messages: Sequence[BaseMessage], clock: datetime) -> datetime:
+    """The step's time: the timestamp of the newest message that carries one, else the clock
+    (wall-clock time never overrides the conversation's own timeline)."""
+    for message in reversed(messages):
+        try:
+            stamp = message_timestamp(message)
+        except ValueError:
+            continue
+        if stamp is not None:
+            return stamp
+    return clock
+
+
+def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequence[str] = (),
+           today: date | None = None) -> str | None:
+    """The system message text; rendered again only when the record, a section or the date
+    changed (a 20k-token log takes ~0.1 ms to render, and most steps change none)."""
+    stamp = (record.id, record.version, record.updated_at, tuple(sections), tuple(static), today)
     cached = core._rendered.get(record.key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
     labels = {g.thread_id: core.thread_label(g.thread_id) for g in record.groups}
     text = render_context(
         record.groups, current_task=record.current_task, suggested_response=record.suggested_response,
-        extra_sections=sections, thread_labels=labels, show_thread=core.config.scope == "resource",
+        extra_sections=sections, static_sections=static, thread_labels=labels,
+        show_thread=core.config.scope == "resource", today=today,
     )
     lru_put(core._rendered, record.key, (stamp, text), core.cache_limit)
     return text

@@ -71,7 +71,7 @@ async def astep(
         status = status_of(core, record, window, thread_id, core._step_numbers.last(key))
         if closes_step:
             step.events.insert(0, StatusEvent(data=status))
-        context = await abuild_context(core, record, window, resource, thread_id, status)
+        context = await abuild_context(core, record, window, resource, thread_id, status, now=moment)
         if closes_step:
             failure_policy.apply_to_context(core.config, core.counter, context, step.events)
             step.events[0] = StatusEvent(data=context.status)

@@ -38,7 +38,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..engine import ObservationalMemory
-from ..foundation.messages import TIMESTAMP_KEY, message_timestamp
+from ..foundation.messages import TIMESTAMP_KEY
+from ..integrations.middleware import merge_system_messages
 from ..model_calls.models import normalize_model_string
 from ..store.base import implicit_resource
 from ..store.sqlite import SQLiteStore
@@ -224,15 +225,6 @@ def _text(message: BaseMessage) -> str:
     return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
 
 
-def _dated(message: BaseMessage) -> BaseMessage:
-    """A copy of an unobserved message with its date in front, so the answer model can place it in time
-    (observations carry dates already; raw messages would otherwise be undated)."""
-    stamp = message_timestamp(message)
-    if stamp is None or not isinstance(message.content, str):
-        return message
-    return message.model_copy(update={"content": f"[{stamp.strftime('%Y-%m-%d %H:%M')}] {message.content}"})
-
-
 # -------------------------------------------------------------------------- running
 
 
@@ -374,10 +366,10 @@ async def evaluate_question(
     context = await om.aprocess(thread, [question], now=item.asked_at)
     for event in context.events:
         observed_events[event.type] += 1
-    instructions = ANSWER_INSTRUCTIONS.format(question_date=item.question_date)
-    memory = context.system_message.content if context.system_message is not None else ""
-    system = SystemMessage(content=f"{memory}\n\n{instructions}" if memory else instructions)
-    prompt: list[BaseMessage] = [system, *(m if m.id == question.id else _dated(m) for m in context.messages)]
+    # exactly what production sends: the application's instructions merged with OM's context (which
+    # states today's date: the question's), then the unobserved messages as they were stored
+    system = merge_system_messages(SystemMessage(content=ANSWER_INSTRUCTIONS), context.system_message)
+    prompt: list[BaseMessage] = [*([system] if system is not None else []), *context.messages]
     prompt_tokens = om.counter.count_messages(prompt)
     reply = await answer_model.ainvoke(prompt, config={"tags": ["langchain_om_eval", "answer"]})
     hypothesis = _text(reply).strip()

@@ -14,14 +14,13 @@ import re
 
 ANSWER_INSTRUCTIONS = """\
 You are a personal assistant answering a question from a user you have talked with many times before. \
-Everything you know about those earlier conversations is in your memory above (dated observations and \
-any recent messages). Today is {question_date}.
+Everything you know about those earlier conversations is in your memory below (dated observations and \
+any recent messages); the memory states today's date.
 
 Answer the user's question from that memory:
 - Be direct: give the answer first, in one or two sentences. Add a short reason only when it helps \
 (for example, how you counted days or which of two values is the latest).
-- Dates and durations: compute them from the dates in your memory and today's date. Relative phrases \
-in the memory ("last week", "in 3 days") are relative to the date they were said.
+- Dates and durations: compute them from the dates in your memory and today's date.
 - When a fact changed over time, answer with the most recent value.
 - When the question asks for a recommendation or suggestion, tailor it to the user's stated \
 preferences and circumstances.

@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from ..foundation.context import READING_RULES
 from ..testing import ScriptedChatModel, ScriptedObserverModel
 from .prompts import ANSWER_INSTRUCTIONS
 
@@ -53,13 +54,13 @@ def read_answer(messages: list[BaseMessage]) -> str:
         return DONT_KNOW
     question = humans[-1]
     wanted = _words(_text(question))
-    instructions = set(ANSWER_INSTRUCTIONS.splitlines())
+    instructions = set(ANSWER_INSTRUCTIONS.splitlines()) | set(READING_RULES.splitlines())
     best, best_score = "", 0
     for message in messages:
         if message is question:
             continue
         for line in _text(message).splitlines():
-            if line in instructions:
+            if line in instructions or line.startswith("Today is "):
                 continue
             score = len(wanted & _words(line))
             if score and score >= best_score:  # ties go to the later line: the latest value wins

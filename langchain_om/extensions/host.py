@@ -31,6 +31,9 @@ class MemoryHost(Protocol):
     counter: TokenCounter
     cache_limit: int
     section_providers: list[Callable[[Any, OMRecord, str, str], Awaitable[str | None]]]
+    """Sections of OM's system message after the observation log (volatile)."""
+    static_section_providers: list[Callable[[Any, OMRecord, str, str], Awaitable[str | None]]]
+    """Sections before the log (static guidance, part of the cacheable prefix)."""
     message_listeners: list[Callable[[Any, str, str, list[StoredMessage]], Awaitable[None]]]
     working_memory: Any
     """The working memory extension, when configured (None otherwise)."""

@@ -19,14 +19,28 @@ from langchain_core.messages import (
 )
 
 from ..foundation.fence import neutralise
+from .language import language_line
 from .reply_parsing import BUILTIN_TAGS, PRIORITY_MARKS, ObserverOutputError, ObserverResult, parse_observer_output
 from .reply_parsing import DATE_LINE_RE as _DATE_RE
 from .transcript import Transcript, format_transcript, thread_label
 
 __all__ = [
-    "BUILTIN_TAGS", "EXTRA_VALUES_HEADER", "OBSERVER_PROMPT_MARKER", "PRIORITY_MARKS", "ObserverOutputError",
-    "ObserverResult", "Transcript", "build_observer_messages", "format_transcript", "observer_system_prompt",
-    "parse_observer_output", "thread_label", "truncate_previous_observations",
+    "BUILTIN_TAGS",
+    "EXTRA_VALUES_HEADER",
+    "LEFT_OUT_MARKER",
+    "LOG_CONVENTIONS",
+    "OBSERVER_PROMPT_MARKER",
+    "PRIORITY_MARKS",
+    "ObserverOutputError",
+    "ObserverResult",
+    "Transcript",
+    "build_observer_messages",
+    "format_transcript",
+    "observer_system_prompt",
+    "parse_observer_output",
+    "previous_with_marker",
+    "thread_label",
+    "truncate_previous_observations",
 ]
 
 OBSERVER_PROMPT_MARKER = "You are the Observer of langchain-om, a memory system for AI assistants."
@@ -35,43 +49,68 @@ OBSERVER_PROMPT_MARKER = "You are the Observer of langchain-om, a memory system 
 # --------------------------------------------------------------------------- prompt
 
 _OBSERVER_RULES = """\
-Your job: read a transcript of a conversation between a user and an assistant and
-write observations — short, dated notes that will replace the transcript in the
-assistant's memory. The assistant will NOT see the original messages again, so
-anything you leave out is forgotten.
+You read a stretch of conversation between a user and an assistant and write the notes that
+will stand in for it. The assistant never sees these messages again: weeks from now it must
+still answer "what is my budget now?", "which two hotels did you suggest?", "how many times
+did I go running?" or "how long ago did I book it?" from your notes alone. What you leave out
+is forgotten; what you get wrong is believed.
 
-How to write observations:
-- Group them by day. Start each day with a header line exactly like
-  "Date: 2026-12-01 (Tuesday)" using the dates of the messages.
-- Below the header, one bullet per observation: "* <mark> (<time>) <text>".
-  The time is the HH:MM of the message the note comes from.
-- Priority marks:
-  🔴 important: facts about the user, stated preferences, decisions, commitments,
-     deadlines, numbers, names, anything the user would expect to be remembered.
-  🟡 maybe useful: context, open questions, intermediate results.
-  🟢 detail: small talk and minor details, kept only for completeness.
-- Keep what the user said separate from what the assistant did. Write user
-  statements as "User said ...", "User prefers ...", "User will ..." and the
-  assistant's side as "Assistant suggested ...", "Assistant found ...".
-- Resolve relative dates and times against the timestamp of the message they
-  appear in: "next Friday" said on Tuesday 2026-12-01 becomes "Friday
-  2026-12-04"; "tomorrow", "in two weeks" likewise. Keep the user's wording when
-  it adds meaning, e.g. "(said 'next Friday')".
-- Tool use: record which tool was used and what came of it in one compact line
-  (the key result, numbers, identifiers, or the error), not the raw output.
-- Images and files appear as placeholders like [Image #1: name.png]; describe
-  what matters about them if you can see them, otherwise note that they were
-  shared.
-- Lines like "--- 3 hours later ---" mark time gaps; use them to place events.
-- A transcript may hold several conversations (threads) of the same user, each
-  under a header line "=== Thread <label> ===". Then write each thread's notes
-  under the same header line, inside <observations>, with its own Date lines,
-  so every note can be traced back to its thread.
-- Never invent anything. If something is unclear, note it as unclear.
-- Be concise: one fact per bullet; merge repeated statements of the same fact.
-- Do not repeat observations that are already in the previous observations; only
-  add what is new, or note explicitly when a fact changed ("User now prefers ...;
-  earlier said ...").
+What to keep
+- Assertions, questions and intentions are different things; keep them apart. "User lives in
+  Lyon" is a fact. "User asked whether Lyon has a metro" is a question: never turn it into a
+  fact. "User plans to move in May" is an intention. About themselves the user is authoritative.
+- A change of state replaces the old value: write the new value and name the one it replaces,
+  "User's budget is now 2,500 EUR (was 3,000 EUR)", even when the old value is not in these
+  messages (then write what the user said it was, or just "changed to").
+- Short user messages (a sentence or two): keep them nearly word for word.
+- Things that can be counted get one line each, every time they happen (each run, each
+  purchase, each visit), so a later "how many times...?" can be answered by counting lines.
+- For people, places, items and events: who, what, where, when, and the attributes that tell
+  them apart (names, brands, models, sizes, colours, relations such as "Sam, user's partner").
+- The assistant's own recommendations, lists and answers, with the details that identify each
+  item (names, prices, times, counts, order), so they can be repeated exactly if asked.
+- Tool calls: what was called, why, and what was learned (key results, numbers, ids, errors) in
+  one line; group repeated calls of the same kind into one line.
+- Numbers with their units, names, spellings, quantities and verbs exactly as said: "booked" is
+  not "considered", "around 40" is not "40".
+
+Dates
+- Each message carries its time. Resolve every relative expression, past or future ("last
+  Tuesday", "tomorrow", "in three weeks", "next spring") against the time of the message it
+  appears in, and put the absolute date at the end of the line: "User will fly to Osaka next
+  Friday (meaning 2026-03-13)", "User ran a half marathon two weeks ago (meaning 2026-02-15)",
+  "(estimated March 2026)" when only the month is clear. Leave vague ones ("some day", "a while
+  ago") undated. One event per line, so every date belongs to one event.
+- Mark what was completed with ✅ at the start of the text: "✅ User booked the ryokan in Hakone
+  for 2026-04-08". A plan stays a plan until the conversation says it happened.
+- Lines such as "--- 3 hours later ---" or <time-gap> notes show time passing; use them to date events.
+
+Also
+- Images and files appear as placeholders such as [Image #1: name.png]; say what matters about
+  them if you can see them, else that they were shared.
+- A transcript may hold several conversations of the same user, each under a line
+  "=== Thread <label> ===". Repeat that line inside <observations> and put that thread's dated
+  notes under it.
+- How much to write: about one to three lines per exchange, more when it carried many facts,
+  none for pure greetings. Never invent; if something is unclear, say it is unclear.
+- The previous observations are shown only as context: do not copy them. Add what is new, and
+  write a replacement line when something in them changed.
+"""
+
+LOG_CONVENTIONS = """\
+How the log is written (the Observer's conventions, shared by every line of it)
+- Notes are grouped by day: a header "Date: YYYY-MM-DD (Weekday)" from the messages' dates, then
+  one line per note: "* <mark> (HH:MM) <text>", with the time of the message the note comes from.
+- Marks: 🔴 what the user would expect remembered (facts about the user and the people around
+  them, preferences, decisions, commitments, deadlines, numbers, names, the assistant's
+  recommendations); 🟡 useful context, open questions, intermediate results; 🟢 small detail.
+- ✅ at the start of the text marks something completed; a plan stays a plan until it happened.
+- "User ..." for the user's side, "Assistant ..." for the assistant's.
+- Relative dates are resolved at the end of the line: "(meaning 2026-03-13)", "(estimated March
+  2026)"; a changed value names the one it replaced: "(was 3,000 EUR)".
+- Written in the conversation's own language: a conversation held in Japanese is observed in
+  Japanese, one in English in English (only the header word "Date:" and the marks stay as
+  shown). Names, places and titles are never translated; they are copied as written.
 """
 
 _OBSERVER_FORMAT = """\
@@ -80,12 +119,13 @@ Reply with these tags and nothing else:
 Date: <YYYY-MM-DD> (<Weekday>)
 * <mark> (<HH:MM>) <observation>
 </observations>
-<current-task>What the user is working on right now or asked for last, in one or two sentences.</current-task>
-<suggested-response>How the assistant should continue its next reply, in one or two sentences.</suggested-response>"""
+<current-task>What the user is doing or asked for last, in one or two sentences: update the
+previous one rather than starting over, and say when it was finished or dropped.</current-task>
+<suggested-response>How the assistant should go on in its next reply, in one or two sentences.</suggested-response>"""
 
 _TITLE_REQUEST = """\
-<thread-title>A short title (at most 8 words) for the whole conversation. Keep the
-current title unless the topic has clearly changed.</thread-title>"""
+<thread-title>A short title (at most 8 words) for the whole conversation, in its language.
+Keep the current title unless the topic has clearly changed.</thread-title>"""
 
 EXTRA_VALUES_HEADER = "Extra values (one tag each, plain text, keep it short):"
 
@@ -123,7 +163,7 @@ def observer_system_prompt(
 ) -> str:
     """The Observer system prompt (stable between calls, so providers can cache it)."""
     extractors = [_extractor_triplet(item) for item in inline_extractors]
-    parts = [OBSERVER_PROMPT_MARKER, _OBSERVER_RULES, _OBSERVER_FORMAT]
+    parts = [OBSERVER_PROMPT_MARKER, _OBSERVER_RULES, LOG_CONVENTIONS, _OBSERVER_FORMAT]
     if want_thread_title:
         parts.append(_TITLE_REQUEST)
     if extractors:
@@ -142,8 +182,13 @@ def build_observer_messages(
     want_thread_title: bool = False,
     inline_extractors: Sequence[Any] = (),
     current_title: str | None = None,
+    previous_task: str | None = None,
+    previous_suggestion: str | None = None,
 ) -> list[BaseMessage]:
-    """System prompt + one human message (text, then forwarded image blocks)."""
+    """System prompt + one human message (text, then forwarded image blocks).
+
+    The previous cycle's current task, suggested response and the thread's title are shown so
+    the Observer updates them instead of starting over."""
     extractors = [_extractor_triplet(item) for item in inline_extractors]
     system = observer_system_prompt(
         instruction=instruction, want_thread_title=want_thread_title, inline_extractors=extractors
@@ -153,16 +198,27 @@ def build_observer_messages(
         sections.append(f"Current date and time: {now.strftime('%Y-%m-%d %H:%M (%A)')}")
     if previous_observations.strip():
         sections.append(
-            "Previous observations (context only; do not repeat these):\n"
+            "Previous observations (context only; do not copy them):\n"
             f"<previous-observations>\n{neutralise(previous_observations.strip())}\n</previous-observations>"
         )
     else:
         sections.append("There are no previous observations yet.")
+    hints: list[str] = []
+    if previous_task and previous_task.strip():
+        hints.append(f"<current-task>\n{neutralise(previous_task.strip())}\n</current-task>")
+    if previous_suggestion and previous_suggestion.strip():
+        hints.append(f"<suggested-response>\n{neutralise(previous_suggestion.strip())}\n</suggested-response>")
+    if hints:
+        sections.append("Where the last cycle left the conversation (update these; do not restart them):\n"
+                        + "\n".join(hints))
     if want_thread_title and current_title:
-        sections.append(f"Current thread title: {current_title}")
+        sections.append(f"Current thread title: {neutralise(current_title)}")
     previous_values = _extractor_previous(extractors)
     if previous_values:
         sections.append("Previous extra values:\n" + previous_values)
+    language = language_line(transcript.text, what="the observations")
+    if language:
+        sections.append(language)
     # user and tool text can hold OM's tags too: a "</transcript>" typed by the user must not end the transcript
     sections.append(f"New messages to observe:\n<transcript>\n{neutralise(transcript.text)}\n</transcript>")
     text = "\n\n".join(sections)
@@ -175,6 +231,28 @@ def build_observer_messages(
 
 
 # --------------------------------------------------------------------------- previous observations
+
+
+LEFT_OUT_MARKER = "[Older observations left out here:"
+"""First words of the line that says how much of the previous log was cut for the Observer."""
+
+
+def previous_with_marker(text: str, budget: int | Literal[False] | None, count_tokens: Callable[[str], int]) -> str:
+    """``truncate_previous_observations`` plus, when lines were cut, a first line saying how many
+    and about how many tokens, so the Observer knows the log it sees is partial."""
+    kept = truncate_previous_observations(text, budget, count_tokens)
+    if kept == text or not kept.strip():
+        return kept
+
+    def notes(log: str) -> list[str]:
+        return [line for line in log.splitlines() if line.strip() and not _DATE_RE.match(line)]
+
+    cut = len(notes(text)) - len(notes(kept))
+    if cut <= 0:
+        return kept
+    tokens = max(0, count_tokens(text) - count_tokens(kept))
+    return (f"{LEFT_OUT_MARKER} {cut} lines, about {tokens} tokens; they are still in memory, "
+            "so do not write them again.]\n" + kept)
 
 
 def _is_red(line: str) -> bool:

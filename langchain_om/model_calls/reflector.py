@@ -1,8 +1,10 @@
 """The Reflector: condenses the observation log when it grows past its threshold.
 
-The engine calls it at compression level 0 first and, when the result is not
-smaller than the input, again with stronger guidance (levels 1 and 2). An
-empty, degenerate or non-shrinking result is never committed.
+Its prompt is a ladder by age: the newest days of the log stay close to what the Observer
+wrote, older days are condensed harder, the oldest hardest. The engine calls it at compression
+level 0 first and, while the result is still over the threshold, again at levels 1, 2 and 3,
+each shifting the ladder towards shorter. At no level may it drop 🔴 names, numbers and dates
+or ✅ outcomes. An empty, degenerate or non-shrinking result is never committed.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from ..foundation.fence import neutralise
-from .observer import _extractor_previous, _extractor_prompt, _extractor_triplet
+from .language import language_line
+from .observer import LOG_CONVENTIONS, _extractor_previous, _extractor_prompt, _extractor_triplet
 from .reply_parsing import _clean_value, parse_tagged_output
 
 REFLECTOR_PROMPT_MARKER = "You are the Reflector of langchain-om, the memory consolidator of an AI assistant."
 """First line of every Reflector system prompt; scripted models and tests recognise prompts by it."""
 
-MAX_COMPRESSION_LEVEL = 2
+MAX_COMPRESSION_LEVEL = 3
 COMPRESSION_LEVEL_LABEL = "Compression level:"
 """Written into the human message as ``Compression level: N`` so the level is visible in traces."""
 
@@ -30,25 +33,32 @@ class ReflectorOutputError(ValueError):
 
 
 _REFLECTOR_RULES = """\
-You receive the observation log that an assistant keeps instead of its old
-conversation history. It has grown too long. Rewrite it into a shorter,
-consolidated log that keeps everything the assistant still needs.
+You receive the observation log an assistant keeps instead of its old conversations. It has
+grown too long. Rewrite it shorter, so that the assistant can still answer what it will be
+asked weeks from now: facts about the user, what changed and when, how many times something
+happened, what the assistant recommended, how long ago something was.
 
-Rules:
-- Keep the format: "Date: YYYY-MM-DD (Weekday)" headers, then bullets
-  "* <mark> (HH:MM) <text>" with the priority marks 🔴 important, 🟡 maybe useful,
-  🟢 detail. Days stay in chronological order.
-- Merge duplicates and repeated statements of the same fact into one bullet
-  (keep the earliest date and time the fact was stated, and add the latest if
-  it matters).
-- Keep every 🔴 item unless a later observation supersedes it. When a fact
-  changed, keep only the current state and, if useful, a short note of the change
-  ("User moved the trip to 2026-12-11; was 2026-12-04").
-- Drop superseded facts, finished intermediate steps, and 🟢 details that no
-  longer matter.
-- Keep dates, times, names, numbers and the user's own commitments exactly.
-- Keep the difference between what the user said and what the assistant did.
-- Never add information that is not in the log.
+What must survive at every level
+- Every 🔴 name, number, amount, date and time, and every ✅ outcome. Shorten the words around
+  them, never them.
+- The current value of everything that changed, with the value it replaced when that still
+  matters ("budget now 2,500 EUR, was 3,000"). Drop the superseded line itself.
+- Assertions over questions: something the user only asked about never overrides or erases
+  what the user stated. The user is authoritative about themselves.
+- Countable events: when you merge them, keep their number and dates ("User ran 3 times:
+  2026-02-02, 2026-02-05, 2026-02-09").
+- The assistant's recommendations and lists with the details that tell the items apart.
+- Dates resolved at the end of a line, "(meaning 2026-03-13)", stay as they are.
+- The log's language: write in the language the log is written in; never translate names.
+Never add anything that is not in the log.
+
+The age ladder (count back from the newest Date in the log)
+- Recent days (the last 7): keep nearly as written; merge only repeats.
+- Older days (8 to 30 days back): merge related lines of a day into one; drop 🟢 lines and
+  🟡 lines that no longer matter.
+- Old days (31 to 90 days back): two to four lines per day, 🔴 and ✅ content only.
+- The oldest days (over 90 days back): one line per day, or one line for a run of quiet days,
+  keeping their 🔴 facts.
 """
 
 _REFLECTOR_FORMAT = """\
@@ -60,16 +70,21 @@ the consolidated log
 <suggested-response>Optional: how the assistant should continue, if the log shows it.</suggested-response>"""
 
 _LEVEL_GUIDANCE = {
-    0: "Compression: consolidate and remove redundancy; keep all details that may still matter.",
+    0: "Compression level 0: follow the age ladder as written; remove repeats and superseded lines.",
     1: (
-        "Compression: a previous attempt was not short enough. Compress harder: aim for about half of "
-        "the input length. Merge related bullets of the same day into one, drop 🟢 lines and "
-        "🟡 lines that are no longer relevant."
+        "Compression level 1: a first attempt was still too long (aim for about two thirds of the input). "
+        "Move every band one step down the ladder: treat recent days as older days, older as old, old as "
+        "oldest."
     ),
     2: (
-        "Compression: previous attempts were still too long. Compress aggressively: keep only 🔴 items "
-        "and the latest state of each topic, one short bullet each, and aim for about a third of the "
-        "input length. Drop every 🟢 line and all but the most recent 🟡 lines."
+        "Compression level 2: earlier attempts were still too long (aim for about half of the input). "
+        "Keep only the last 3 days nearly as written; everything before them gets at most two lines per day, "
+        "🔴 and ✅ content only."
+    ),
+    3: (
+        "Compression level 3: the log must shrink hard (aim for about a third of the input). Keep only the "
+        "latest day in detail; every earlier day becomes one line of its 🔴 and ✅ content, and runs of days "
+        "on one topic share a line. The must-survive list above still holds in full."
     ),
 }
 
@@ -77,7 +92,7 @@ _LEVEL_GUIDANCE = {
 def reflector_system_prompt(*, instruction: str | None, level: int, inline_extractors: Sequence[Any] = ()) -> str:
     """The Reflector system prompt for one compression level."""
     level = max(0, min(MAX_COMPRESSION_LEVEL, level))
-    parts = [REFLECTOR_PROMPT_MARKER, _REFLECTOR_RULES, _REFLECTOR_FORMAT]
+    parts = [REFLECTOR_PROMPT_MARKER, _REFLECTOR_RULES, LOG_CONVENTIONS, _REFLECTOR_FORMAT]
     extractors = [_extractor_triplet(item) for item in inline_extractors]
     if extractors:
         parts.append(_extractor_prompt(extractors))
@@ -106,6 +121,9 @@ def build_reflector_messages(
     previous = _extractor_previous(extractors)
     if previous:
         sections.append("Previous extra values:\n" + previous)
+    language = language_line(observations, what="the consolidated log")
+    if language:
+        sections.append(language)
     log = neutralise(observations.strip())
     sections.append(f"Observation log to condense:\n<observation-log>\n{log}\n</observation-log>")
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(sections))]

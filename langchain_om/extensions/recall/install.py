@@ -1,7 +1,11 @@
 """Wiring retrieval into an engine: the recall instructions in the agent's context, and indexing.
 
-The instructions describe only what this engine can do (search is mentioned only when a
-keyword index or embeddings exist, other threads only in resource scope).
+The instructions are static (they depend on the configuration only), so they are rendered before
+the observation log, in the part of OM's system message a prompt cache keeps. They say when recall
+is worth a call (exact wording, numbers, a list the assistant gave, checking a detail, other
+threads) and to search before concluding that something is unknown. They describe only what
+this engine can do (search is mentioned only when a keyword index or embeddings exist, other
+threads only in resource scope).
 """
 
 from __future__ import annotations
@@ -42,12 +46,16 @@ def retrieval_instructions(om: MemoryHost) -> str:
         return ""
     lines = [
         "<recall-instructions>",
-        "You have a `recall` tool for the raw messages behind your memory. Each observation group "
-        'shows range="startId:endId". To check exact wording, numbers or details, call recall with '
-        'cursor set to ONE id of that range: the start id with page=1 reads forward, the end id with '
-        "page=-1 reads backward. Results list parts as [p0], [p1]; use detail=\"high\" or "
-        "part_index=N with the same cursor to see a part in full (tool arguments and results), one "
-        "part per call: the result's next_call holds the arguments for the next part.",
+        "Your memory is a summary; a `recall` tool reads the original messages behind it. Use it when "
+        "the answer needs more than the summary holds: the exact wording of something said, exact "
+        "numbers, dates or names, a list or recommendation you gave earlier (to repeat it item by "
+        "item), or a detail you want to check before relying on it. "
+        "Before you say something is unknown or was never mentioned, look for it with recall first.",
+        'Each observation group shows range="startId:endId". Call recall with cursor set to ONE id of '
+        "that range: the start id with page=1 reads forward, the end id with page=-1 reads backward. "
+        'Results list parts as [p0], [p1]; use detail="high" or part_index=N with the same cursor to see a '
+        "part in full (tool arguments and results), one part per call: the result's next_call holds the "
+        "arguments for the next part.",
     ]
     if retrieval.scope == "thread":
         lines.append("Recall reads this conversation only. Without a cursor it pages from the start "
@@ -55,11 +63,13 @@ def retrieval_instructions(om: MemoryHost) -> str:
     else:
         lines.append('mode="threads" lists the user\'s other conversations (title, id, dates; filter with '
                      'before/after ISO dates); read one with thread_id=<id> (thread_id="current" is this '
-                     "one). Use this to answer questions about earlier conversations.")
+                     "one). When the question may concern an earlier conversation, look through the "
+                     "threads before answering.")
     search = _search_instruction(om)
     if search:
         lines.append(search)
-    lines.append("Recall only when your observations are not enough; do not mention the tool to the user.")
+    lines.append("When your memory already answers the question, answer without recall; never mention the "
+                 "tool to the user.")
     if retrieval.instructions:
         lines.append(retrieval.instructions.strip())
     lines.append("</recall-instructions>")
@@ -101,8 +111,8 @@ def install_retrieval(om: MemoryHost) -> None:
                 f"expected a LangChain Embeddings instance, got {type(retrieval.embeddings).__name__}",
             )
         use_stored_index(om, StoreVectorIndex(om.store, retrieval.embeddings))
-    if retrieval_section not in om.section_providers:
-        om.section_providers.append(retrieval_section)
+    if retrieval_section not in om.static_section_providers:
+        om.static_section_providers.append(retrieval_section)
     listeners = getattr(om, "message_listeners", None)
     if isinstance(listeners, list) and retrieval.vector and index_messages not in listeners:
         listeners.append(index_messages)

@@ -1,0 +1,53 @@
+"""Which language a conversation is held in, as far as OM's prompts need to know.
+
+The Observer and the Reflector are told to write in the conversation's own language; a model
+reading mostly English instructions drifts into English notes all the same. So when the text
+is clearly written in a script of its own (Japanese, Chinese, Korean, Cyrillic, ...), the
+prompt names the language outright. The check is a character count, cheap and deterministic;
+for Latin-script text it names nothing (the general rule applies).
+"""
+
+from __future__ import annotations
+
+import re
+
+_SCRIPTS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("Japanese", re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")),  # kana: only Japanese uses it
+    ("Korean", re.compile(r"[\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]")),
+    ("Chinese", re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf]")),
+    ("Russian", re.compile(r"[\u0400-\u04ff]")),
+    ("Arabic", re.compile(r"[\u0600-\u06ff]")),
+    ("Hebrew", re.compile(r"[\u0590-\u05ff]")),
+    ("Greek", re.compile(r"[\u0370-\u03ff]")),
+    ("Thai", re.compile(r"[\u0e00-\u0e7f]")),
+    ("Hindi", re.compile(r"[\u0900-\u097f]")),
+)
+_LETTER = re.compile(r"[^\W\d_]")
+_SAMPLE = 20_000  # characters looked at: enough to tell, bounded work on a huge transcript
+
+
+def conversation_language(text: str) -> str | None:
+    """The language of ``text`` when its letters are mostly in one non-Latin script, else None.
+
+    Kana decide for Japanese even when kanji outnumber them (Japanese text mixes both)."""
+    sample = text[:_SAMPLE]
+    letters = len(_LETTER.findall(sample))
+    if letters == 0:
+        return None
+    kana = len(_SCRIPTS[0][1].findall(sample))
+    han = len(_SCRIPTS[2][1].findall(sample))
+    if kana and (kana + han) * 4 >= letters:
+        return "Japanese"
+    for name, pattern in _SCRIPTS[1:]:
+        if len(pattern.findall(sample)) * 2 >= letters:
+            return name
+    return None
+
+
+def language_line(text: str, *, what: str) -> str | None:
+    """The prompt sentence naming the language ``what`` (the notes, the log) must be written in."""
+    language = conversation_language(text)
+    if language is None:
+        return None
+    return (f"This conversation is held in {language}: write {what} in {language}, as the conversation "
+            "does (keep names exactly as written; only the word \"Date:\" and the marks stay as shown).")
