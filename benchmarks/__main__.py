@@ -19,6 +19,7 @@ from . import (
     agent_step,
     branches,
     buffering,
+    prompt_cache,
     prompt_tokens,
     scale,
     search,
@@ -118,8 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
-               "token_counting": token_counting, "storage": storage, "search": search, "scale": scale,
-               "branches": branches, "wirings": wirings}
+               "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
+               "scale": scale, "branches": branches, "wirings": wirings}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

@@ -13,7 +13,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import date, datetime, timedelta
+from datetime import datetime
 from typing import Any, ClassVar, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from .model_calls.language import conversation_language
 from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
 from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
+from .model_calls.relative_dates import with_absolute_date
 
 __all__ = [
     "OBSERVER_PROMPT_MARKER",
@@ -553,51 +554,7 @@ _DONE = re.compile(
     r"done|got it done)\b|予約した|予約しました|買った|買いました|払った|払いました|終わった|終わりました|"
     r"完了|済み|済ませ",
     re.IGNORECASE)
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_WEEKDAYS_JA = ("月曜", "火曜", "水曜", "木曜", "金曜", "土曜", "日曜")
-_IN_N = re.compile(r"\bin (\d{1,3}|a|one|two|three|four|five|six) (day|week)s?\b", re.IGNORECASE)
-_N_AGO = re.compile(r"\b(\d{1,3}|a|one|two|three|four|five|six) (day|week)s? ago\b", re.IGNORECASE)
-_NUMBER_WORDS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
-
-def resolve_relative_date(text: str, said_on: date) -> date | None:
-    """The absolute date a relative expression in ``text`` points at, said on ``said_on`` (the
-    scripted Observer's small rule set: today/tomorrow/yesterday, next or plain weekdays, "in N
-    days/weeks", "N days/weeks ago", and their Japanese forms); None when there is none."""
-    lowered = text.lower()
-    if "day after tomorrow" in lowered or "明後日" in text or "あさって" in text:
-        return said_on + timedelta(days=2)
-    if re.search(r"\btomorrow\b", lowered) or "明日" in text:
-        return said_on + timedelta(days=1)
-    if re.search(r"\byesterday\b", lowered) or "昨日" in text:
-        return said_on - timedelta(days=1)
-    for pattern, sign in ((_IN_N, 1), (_N_AGO, -1)):
-        match = pattern.search(text)
-        if match:
-            raw = match.group(1).lower()
-            count = int(raw) if raw.isdigit() else _NUMBER_WORDS[raw]
-            days = count * (7 if match.group(2).lower() == "week" else 1)
-            return said_on + timedelta(days=sign * days)
-    for index, (name, japanese) in enumerate(zip(_WEEKDAYS, _WEEKDAYS_JA, strict=True)):
-        english = re.search(rf"\b(next|this|on|last)?\s*{name}\b", lowered)
-        if english or japanese in text:
-            ahead = (index - said_on.weekday()) % 7
-            if english and english.group(1) == "last":
-                return said_on - timedelta(days=(said_on.weekday() - index) % 7 or 7)
-            if english and english.group(1) == "next" and ahead == 0:
-                ahead = 7
-            return said_on + timedelta(days=ahead or 7)
-    return None
-
-
-def _dated(text: str, day: str) -> str:
-    """``text`` with the absolute date of its relative expression at the end, as the prompt asks."""
-    try:
-        said_on = datetime.strptime(day, "%Y-%m-%d").date()
-    except ValueError:
-        return text
-    resolved = resolve_relative_date(text, said_on)
-    return f"{text} (meaning {resolved.isoformat()})" if resolved is not None else text
 
 
 def _observe_entries(entries: Sequence[_Entry], words: Mapping[str, str] = _ENGLISH_WORDS
@@ -629,7 +586,7 @@ def _observe_entries(entries: Sequence[_Entry], words: Mapping[str, str] = _ENGL
             plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text[:2000])  # the note keeps 160
             mark = "🔴" if _IMPORTANT_WORDS.search(plain) or _has_cjk_detail(plain) else "🟡"
             done = "✅ " if _DONE.search(plain) else ""
-            note = _dated(_short(entry.text, 160), entry.day)
+            note = with_absolute_date(_short(entry.text, 160), entry.day)
             days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) {done}{words['user']}{note}")
         elif entry.speaker in ("assistant", "tool_call"):
             pending.append(entry)

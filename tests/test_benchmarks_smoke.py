@@ -18,6 +18,7 @@ from benchmarks import (
     agent_step,
     branches,
     buffering,
+    prompt_cache,
     prompt_tokens,
     search,
     step_cost,
@@ -95,6 +96,15 @@ def test_buffering_defaults_make_the_synchronous_run_block_often() -> None:
     """The default thresholds make sync block on >= 10% of the turns (108 tokens a turn, estimated)."""
     tokens = sum(bench_counter().count_message(m) for turn in range(200) for m in turn_messages(turn))
     assert tokens / buffering.MESSAGE_TOKENS >= 0.10 * 200
+
+
+def test_prompt_cache_quick() -> None:
+    payload = prompt_cache.run(_ns(prompt_cache, demo_turns=12, thresholds=["demo"]))
+    run = payload["runs"][0]
+    assert run["turns"] == 12 and run["calls"] >= 12
+    assert 0 < run["cached_share_within_ttl"] <= run["cached_share"] < 1
+    assert run["cached_tokens_total"] < run["input_tokens_total"]
+    assert "cacheable %" in prompt_cache.report(payload)
 
 
 def test_step_cost_and_prompt_tokens_quick() -> None:

@@ -81,8 +81,7 @@ Dates
   Friday (meaning 2026-03-13)", "User ran a half marathon two weeks ago (meaning 2026-02-15)",
   "(estimated March 2026)" when only the month is clear. Leave vague ones ("some day", "a while
   ago") undated. One event per line, so every date belongs to one event.
-- Mark what was completed with ✅ at the start of the text: "✅ User booked the ryokan in Hakone
-  for 2026-04-08". A plan stays a plan until the conversation says it happened.
+- Mark what was completed with ✅: "✅ User booked the ryokan in Hakone for 2026-04-08".
 - Lines such as "--- 3 hours later ---" or <time-gap> notes show time passing; use them to date events.
 
 Also
