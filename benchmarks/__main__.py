@@ -22,6 +22,7 @@ from . import (
     prompt_tokens,
     scale,
     search,
+    search_languages,
     step_cost,
     storage,
     token_counting,
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
-               "token_counting": token_counting, "storage": storage, "search": search, "scale": scale,
+               "token_counting": token_counting, "storage": storage, "search": search,
+               "search_languages": search_languages, "scale": scale,
                "branches": branches}
     collected = None
     for name in SECTIONS:
