@@ -1,6 +1,18 @@
 """langchain-om benchmark suite: ``python -m benchmarks`` (see benchmarks/README.md)."""
 
-SECTIONS = ("buffering", "step_cost", "agent_step", "prompt_tokens", "prompt_cache", "token_counting",
-            "storage", "search", "scale", "branches", "wirings")
+SECTIONS = (
+    "buffering",
+    "step_cost",
+    "agent_step",
+    "prompt_tokens",
+    "prompt_cache",
+    "token_counting",
+    "storage",
+    "search",
+    "search_languages",
+    "scale",
+    "branches",
+    "wirings",
+)
 
 __all__ = ["SECTIONS"]

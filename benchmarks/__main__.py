@@ -23,6 +23,7 @@ from . import (
     prompt_tokens,
     scale,
     search,
+    search_languages,
     step_cost,
     storage,
     token_counting,
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
-               "scale": scale, "branches": branches, "wirings": wirings}
+               "search_languages": search_languages, "scale": scale, "branches": branches, "wirings": wirings}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

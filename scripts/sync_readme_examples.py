@@ -3,7 +3,9 @@
 In README.md, a line ``<!-- example: examples/NAME.py -->`` is followed by a fenced ``python``
 block that shows that file without its module docstring. ``python scripts/sync_readme_examples.py``
 rewrites those blocks from the files; ``--check`` only reports (exit 1) when they differ.
-tests/test_examples.py runs the check, so README cannot drift from code that is executed.
+tests/test_examples.py runs the check, so README cannot drift from code that is executed. The
+Japanese guide README.ja.md is kept the same way (its own scripts are in examples/ja/;
+tests/test_readme_ja.py checks it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+READMES = (README, ROOT / "README.ja.md")
 MARKER = re.compile(r"^<!-- example: (?P<path>[^ ]+) -->\n```python\n(?P<code>.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
@@ -41,15 +44,17 @@ def synced(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text(encoding="utf-8")
-    fresh = synced(text)
-    if "--check" in argv:
-        if fresh != text:
-            print("README.md code blocks differ from examples/: run python scripts/sync_readme_examples.py")
-            return 1
-        return 0
-    README.write_text(fresh, encoding="utf-8")
-    return 0
+    stale = 0
+    for readme in READMES:
+        text = readme.read_text(encoding="utf-8")
+        fresh = synced(text)
+        if "--check" in argv:
+            if fresh != text:
+                print(f"{readme.name} code blocks differ from examples/: run python scripts/sync_readme_examples.py")
+                stale = 1
+            continue
+        readme.write_text(fresh, encoding="utf-8")
+    return stale
 
 
 if __name__ == "__main__":

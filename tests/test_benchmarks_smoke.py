@@ -21,6 +21,7 @@ from benchmarks import (
     prompt_cache,
     prompt_tokens,
     search,
+    search_languages,
     step_cost,
     storage,
     token_counting,
@@ -203,6 +204,17 @@ def test_search_quick_sqlite_only() -> None:
     assert payload["backends"]["postgres"] == {"skipped": "--no-pg"}
     assert set(payload["target"]) == {"sqlite keyword p95 < 50 ms", "sqlite semantic p95 < 100 ms"}
     assert "Search:" in search.report(payload)
+
+
+def test_search_languages_quick_sqlite_only() -> None:
+    payload = search_languages.run(_ns(search_languages, messages=400, threads=2, batch=100, queries=5, no_pg=True))
+    sqlite = payload["backends"]["sqlite"]
+    for lang in ("en", "ja"):
+        assert sqlite[lang]["ms"]["n"] == 5 and sqlite[lang]["queries_with_hits"] > 0
+    assert sqlite["ja"]["index_mb"]["message_search_cjk"] > 0 and sqlite["en"]["index_mb"]["message_search_cjk"] == 0
+    assert sqlite["ja"]["backfill_s"] > 0 and sqlite["ja"]["trigram_alternative"]["index_mb"] > 0
+    assert set(payload["target"]) == {"sqlite Japanese p95 within 2x of English"}
+    assert "English vs Japanese" in search_languages.report(payload)
 
 
 def test_suite_writes_json_and_png(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ _ASCII_PUNCT = r"!-/:-@\[-`{-~"
 # words split at case changes, digits in groups of three, punctuation runs, newlines.
 _PIECE_RE = re.compile(
     rf"(?P<cjk>[{_CJK}])"
+    r"|(?P<cjkp>[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20])"
     rf"|(?P<uni>[A-Za-z]*[^\x00-\x7f\W\d_{_CJK}][^\W\d_{_CJK}]*)"
     r"|(?P<low>[A-Z]?[a-z]+)"
     r"|(?P<up>[A-Z]+(?![a-z]))"
@@ -31,7 +32,25 @@ _WORD_SINGLE_MAX = 10  # lower-case words up to this length are almost always on
 _WORD_EXTRA_CHARS = 4.0  # each further 4 letters cost about one more token
 _UPPER_CHARS = 4.0  # ALLCAPS runs: about 4 letters per token
 _UNICODE_CHARS = 2.5  # non-ASCII alphabetic words (accents, Cyrillic, ...)
-_CJK_COST = 0.85  # o200k merges some common CJK pairs
+# CJK, per character: o200k merges common pairs (です, ます, した), kanji a little less often;
+# fitted on the Japanese demo conversation and tests/data/token_samples/prose_ja.txt (errors in
+# docs/search.md)
+_HIRAGANA_COST = 0.8
+_KATAKANA_COST = 0.8
+_HAN_COST = 0.9
+_HANGUL_COST = 0.7
+_CJK_PUNCT_COST = 0.7  # 、。「」（）： often merge into the character before them
+
+
+def _cjk_cost(char: str) -> float:
+    point = ord(char)
+    if point < 0x30A0:
+        return _HIRAGANA_COST
+    if point < 0x3100:
+        return _KATAKANA_COST
+    if 0xAC00 <= point <= 0xD7AF:
+        return _HANGUL_COST
+    return _HAN_COST
 _PUNCT_EXTRA_CHARS = 5.0  # punctuation runs: one token, plus one per 5 more chars
 _PUNCT_ATTACHED = 0.7  # a punctuation run glued to the next word often merges into it
 _NEWLINE_AFTER_PUNCT = 0.5  # "]:\n", "},\n" usually merge the newline into the punctuation
@@ -64,7 +83,9 @@ def estimate_tokens(text: str) -> int:
         elif kind == "uni":
             total += max(1.0, size / _UNICODE_CHARS)
         elif kind == "cjk":
-            total += _CJK_COST
+            total += _cjk_cost(match.group())
+        elif kind == "cjkp":
+            total += _CJK_PUNCT_COST
         else:  # sym: emoji, non-ASCII punctuation, control characters
             total += 1.0
         previous = kind
