@@ -1,4 +1,4 @@
-"""The ``langchain-om`` console script: ``demo``, ``inspect`` and ``eval longmemeval``.
+"""The ``langchain-om`` console script: ``demo``, ``inspect``, ``threads`` and ``eval longmemeval``.
 
 Plain argparse with ``main(argv) -> exit code`` so tests can drive it in-process.
 Heavy imports happen inside the subcommands, keeping ``--help`` fast.
@@ -20,6 +20,7 @@ from rich.table import Table
 
 from ..store.base import StoreError
 from .db import check_db_path
+from .threads import add_threads_parser, closest_thread_ids, cmd_threads
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--observation-tokens", type=_positive_int, default=None,
                          help="threshold to report the observation window against (default: recorded, else 40000)")
 
+    add_threads_parser(sub, _identifier, _positive_int,
+                       "SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
+
     evaluate = sub.add_parser("eval", help="benchmarks against public datasets")
     eval_sub = evaluate.add_subparsers(dest="benchmark", required=True)
     lme = eval_sub.add_parser(
@@ -159,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             db = args.db or _default_db()
             check_db_path(db, must_exist=True, writable=False)
             return asyncio.run(_cmd_inspect(args, db, console))
+        if args.command == "threads":
+            db = args.db or _default_db()
+            check_db_path(db, must_exist=True, writable=False)
+            return asyncio.run(cmd_threads(args, db, console))
         if args.command == "eval" and args.benchmark == "longmemeval":
             return _cmd_longmemeval(args, console)
     except KeyboardInterrupt:
@@ -230,7 +238,10 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
         thread = await store.aget_thread(resource, args.thread_id)
         if thread is None:
             owner = f"resource {args.resource!r}" if args.resource else "a thread without a resource"
-            return _error(f"thread_id: thread {args.thread_id!r} not found for {owner} in {db}")
+            near = await closest_thread_ids(store, args.resource, args.thread_id)
+            hint = f"; did you mean {', '.join(repr(i) for i in near)}?" if near else \
+                "; `langchain-om threads` lists them"
+            return _error(f"thread_id: thread {args.thread_id!r} not found for {owner} in {db}{hint}")
         scope: Literal["thread", "resource"] = "thread"
         record = await store.aget_record(resource, args.thread_id)
         if record is None and await store.aget_record(resource, None) is not None:

@@ -17,6 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from ..extensions.branches import adelete_branches
 from ..foundation.events import StatusData
 from ..store.base import OMRecord, record_key
+from ..store.thread_summaries import ThreadSummary
 from .core import EngineCore
 from .observation import aobserve_manual
 from .reflection import areflect_now
@@ -114,6 +115,20 @@ class ObservationalMemory(EngineCore):
 
     def status(self, thread_id: str, **kwargs: Any) -> StatusData:
         return self.run_sync(self.astatus(thread_id, **kwargs), twin="om.astatus(...)")
+
+    async def alist_threads(self, resource_id: str | None = None, *, after: ThreadSummary | None = None,
+                            limit: int = 20) -> list[ThreadSummary]:
+        """The threads of ``resource_id`` (None: the threads used without a resource), most recent
+        activity first, with title, message count and last activity. Page by key: pass the last
+        summary of a page as ``after`` for the next one."""
+        await self.aensure_setup()
+        summaries: list[ThreadSummary] = await self.store.alist_thread_summaries(resource_id, after=after,
+                                                                                 limit=limit)
+        return summaries
+
+    def list_threads(self, resource_id: str | None = None, **kwargs: Any) -> list[ThreadSummary]:
+        """Sync twin of ``alist_threads``."""
+        return self.run_sync(self.alist_threads(resource_id, **kwargs), twin="om.alist_threads(...)")
 
     def recall_tool(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
         """The ``recall`` tool (needs ``retrieval``). Without ids it reads ``thread_id`` /
