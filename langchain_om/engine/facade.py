@@ -15,7 +15,9 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..extensions.branches import adelete_branches
+from ..extensions.checkpoint_view import aposition_at, arecord_at
 from ..foundation.events import StatusData
+from ..foundation.window import Window
 from ..store.base import OMRecord, record_key
 from ..store.thread_summaries import ThreadSummary
 from .core import EngineCore
@@ -96,7 +98,16 @@ class ObservationalMemory(EngineCore):
     def reflect(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self.run_sync(self.areflect(thread_id, **kwargs), twin="om.areflect(...)")
 
-    async def aget_record(self, thread_id: str, *, resource_id: str | None = None) -> OMRecord:
+    async def aget_record(self, thread_id: str, *, resource_id: str | None = None, checkpoint: Any = None,
+                          checkpointer: Any = None) -> OMRecord:
+        """The thread's record (a copy). With ``checkpoint`` (a ``StateSnapshot`` from
+        ``graph.get_state(config)``, a state holding ``om_position``, or a checkpoint config with
+        ``checkpointer`` = the saver or the compiled graph): the memory that checkpoint names, as it
+        saw it; after time travel, the fork's own memory rather than the thread's original line."""
+        if checkpoint is not None:
+            position = await aposition_at(checkpoint, checkpointer)
+            _, _, record = await arecord_at(self, thread_id, resource_id, position)
+            return record
         resource = self.resolve_resource(thread_id, resource_id)
         await self.aensure_setup()
         return (await self.aload_record(resource, thread_id)).model_copy(deep=True)
@@ -104,8 +115,17 @@ class ObservationalMemory(EngineCore):
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self.run_sync(self.aget_record(thread_id, **kwargs), twin="om.aget_record(...)")
 
-    async def astatus(self, thread_id: str, *, resource_id: str | None = None) -> StatusData:
-        """The ``data-om-status`` payload for a thread, without running a step."""
+    async def astatus(self, thread_id: str, *, resource_id: str | None = None, checkpoint: Any = None,
+                      checkpointer: Any = None) -> StatusData:
+        """The ``data-om-status`` payload for a thread, without running a step; with ``checkpoint``
+        (see ``aget_record``), the windows as that checkpoint saw them."""
+        if checkpoint is not None:
+            position = await aposition_at(checkpoint, checkpointer)
+            resolved, branch, record = await arecord_at(self, thread_id, resource_id, position)
+            rows = await self.store.aget_messages(resolved, branch, after_seq=record.last_observed_seq.get(branch, 0),
+                                                  before_seq=position.seq + 1)
+            key = record_key(resolved, self.record_thread(branch))
+            return status_of(self, record, Window(rows), branch, self._step_numbers.last(key))
         resource = self.resolve_resource(thread_id, resource_id)
         await self.aensure_setup()
         record = await self.aload_record(resource, thread_id)
