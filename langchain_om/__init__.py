@@ -18,9 +18,10 @@ from .extensions.working_memory import WorkingMemoryExtractor
 from .foundation.config import FailurePolicyConfig, ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
 from .foundation.context import OM_CONTEXT_MESSAGE_ID
 from .foundation.hooks import HookContext, ObserveHooks
+from .foundation.run_ids import ConflictingResourceError
 from .integrations.callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
 from .integrations.graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
-from .integrations.history import ObservationalChatMessageHistory
+from .integrations.history import ObservationalChatMessageHistory, one_system_message
 from .integrations.middleware import ObservationalMemoryMiddleware
 from .model_calls.failures import OMObservationError
 from .model_calls.models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OM_CONTEXT_MESSAGE_ID",
+    "ConflictingResourceError",
     "Extractor",
     "FailurePolicyConfig",
     "ForeignResourceError",
@@ -66,4 +68,5 @@ __all__ = [
     "om_pre_model_hook",
     "om_tools",
     "om_turn_end_node",
+    "one_system_message",
 ]

@@ -176,9 +176,13 @@ async def test_system_messages_are_instructions_not_conversation(store: OMStore)
     for i in range(10):
         history.append(HumanMessage(f"Turn {i}: tell me about island {i}. " + "sand " * 40, id=f"h{i}"))
         ctx = await om.aprocess("t-sys", history, resource_id="alice")
-        model_input = ctx.to_messages()
+        model_input = ctx.to_messages(merge_system=False)
         assert model_input[0] is not None and model_input[0].id == "persona", f"step {i}: persona not first"
         assert model_input[0].content == persona.content, f"step {i}: persona changed"
+        # by default the persona and OM's context are one system message, the persona's text first
+        merged = ctx.to_messages()
+        assert sum(m.type == "system" for m in merged) == 1 and merged[0].type == "system"
+        assert str(merged[0].content).startswith(str(persona.content)), f"step {i}: persona not first"
         assert all(m.id != "persona" for m in ctx.messages), "the persona is not part of the window"
         tokens_seen.append(ctx.status.windows.active.messages.tokens)
         history.append(AIMessage(f"Arr, island {i} be fine. " + "yo " * 30, id=f"a{i}"))
@@ -202,9 +206,13 @@ async def test_system_messages_survive_in_graph_state(store: OMStore) -> None:
         await graph.ainvoke({"messages": [("user", f"Turn {i}: " + "more words " * 40)]}, config)
         await om.await_background()
     assert (await om.aget_record("t-gsys", resource_id="alice")).groups
+    merged = 0
     for index, call in enumerate(model.calls):
-        assert call[0].type == "system" and call[0].content == "You are Captain Pirate.", \
+        assert call[0].type == "system" and str(call[0].content).startswith("You are Captain Pirate."), \
             f"call {index}: the caller's system message does not lead"
+        assert sum(m.type == "system" for m in call) == 1, f"call {index}: one system message"
+        merged += "<observations>" in str(call[0].content)
+    assert merged, "OM's context joined the caller's system message once there was a log"
 
 
 async def test_history_style_caller_keeps_its_system_message(store: OMStore) -> None:
@@ -215,7 +223,8 @@ async def test_history_style_caller_keeps_its_system_message(store: OMStore) -> 
     for i in range(6):
         ctx = await om.aprocess("t-once", [HumanMessage(f"Turn {i}: " + "talk " * 80, id=f"h{i}"),
                                            AIMessage("ok " * 40, id=f"a{i}")], resource_id="alice")
-        assert ctx.to_messages()[0].content == "Be brief."
+        assert str(ctx.to_messages()[0].content).startswith("Be brief.")
+        assert ctx.to_messages(merge_system=False)[0].content == "Be brief."
 
 
 # ------------------------------------------------------------------ resource scope

@@ -26,7 +26,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.foundation.context import OM_CONTEXT_MESSAGE_ID
-from langchain_om.integrations.history import ObservationalChatMessageHistory
+from langchain_om.integrations.history import ObservationalChatMessageHistory, one_system_message
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
@@ -193,6 +193,20 @@ async def test_runnable_with_message_history_60_turns(store: OMStore) -> None:
     assert last[0].content == "You are a helpful assistant."
     assert last[1].id == OM_CONTEXT_MESSAGE_ID, "the OM context sits where the history goes"
     assert len(last) < 40 and str(last[-1].content).startswith("Turn 59")
+    # the same chain with one_system_message in front of the model: one system message, template first
+    one = ScriptedAgentModel()
+    merged_chain = RunnableWithMessageHistory(prompt | one_system_message | one, get_history,
+                                              input_messages_key="question", history_messages_key="history")
+    prefixes: list[str] = []
+    for i in range(60, 66):
+        await merged_chain.ainvoke({"question": f"ターン{i}: 色{i}が好き。" + "more " * 25}, config)
+        call = one.calls[-1]
+        assert sum(m.type == "system" for m in call) == 1 and call[0].type == "system"
+        text = str(call[0].content)
+        assert text.startswith("You are a helpful assistant.\n\n") and "<observations>" in text
+        prefixes.append(text[: text.index("<observations>")])
+        await om.await_background()
+    assert len(set(prefixes)) == 1, "the merged prefix stays byte-stable across turns"
     record = await om.aget_record("s1")
     assert record.groups and record.generation_count >= 1
     assert len(unobserved(last)) < len(stored)

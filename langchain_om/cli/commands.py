@@ -1,4 +1,4 @@
-"""The ``langchain-om`` console script: ``demo``, ``inspect`` and ``eval longmemeval``.
+"""The ``langchain-om`` console script: ``demo``, ``inspect``, ``threads`` and ``eval longmemeval``.
 
 Plain argparse with ``main(argv) -> exit code`` so tests can drive it in-process.
 Heavy imports happen inside the subcommands, keeping ``--help`` fast.
@@ -20,6 +20,8 @@ from rich.table import Table
 
 from ..store.base import StoreError
 from .db import check_db_path
+from .forks import add_fork_arguments, branch_ids, fork_target
+from .threads import add_threads_parser, closest_thread_ids, cmd_threads
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -105,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--observation-tokens", type=_positive_int, default=None,
                          help="threshold to report the observation window against (default: recorded, else 40000)")
 
+    add_threads_parser(sub, _identifier, _positive_int,
+                       "SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
+
+    add_fork_arguments(inspect, _identifier)
+
     evaluate = sub.add_parser("eval", help="benchmarks against public datasets")
     eval_sub = evaluate.add_subparsers(dest="benchmark", required=True)
     lme = eval_sub.add_parser(
@@ -162,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             db = args.db or _default_db()
             check_db_path(db, must_exist=True, writable=False)
             return asyncio.run(_cmd_inspect(args, db, console))
+        if args.command == "threads":
+            db = args.db or _default_db()
+            check_db_path(db, must_exist=True, writable=False)
+            return asyncio.run(cmd_threads(args, db, console))
         if args.command == "eval" and args.benchmark == "longmemeval":
             return _cmd_longmemeval(args, console)
     except KeyboardInterrupt:
@@ -246,7 +257,10 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
         thread = await store.aget_thread(resource, args.thread_id)
         if thread is None:
             owner = f"resource {args.resource!r}" if args.resource else "a thread without a resource"
-            return _error(f"thread_id: thread {args.thread_id!r} not found for {owner} in {db}")
+            near = await closest_thread_ids(store, args.resource, args.thread_id)
+            hint = f"; did you mean {', '.join(repr(i) for i in near)}?" if near else \
+                "; `langchain-om threads` lists them"
+            return _error(f"thread_id: thread {args.thread_id!r} not found for {owner} in {db}{hint}")
         scope: Literal["thread", "resource"] = "thread"
         record = await store.aget_record(resource, args.thread_id)
         if record is None and await store.aget_record(resource, None) is not None:
@@ -256,10 +270,16 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
         reflection = {"observation_tokens": int(args.observation_tokens or thresholds.get("observation_tokens")
                                                 or 40_000)}
         om = ObservationalMemory(store, scope=scope, observation=observation, reflection=reflection)
-        record = await om.aget_record(args.thread_id, resource_id=args.resource)
-        status = await om.astatus(args.thread_id, resource_id=args.resource)
-        total = await store.acount_messages(resource, args.thread_id)
-        last = await _last_observed(store, record, resource, args.thread_id)
+        target = await fork_target(args, store, resource, db)  # the thread, one of its forks, or a checkpoint's
+        if target.position is not None:
+            record = await om.aget_record(args.thread_id, resource_id=args.resource, checkpoint=target.position)
+            status = await om.astatus(args.thread_id, resource_id=args.resource, checkpoint=target.position)
+        else:
+            record = await om.aget_record(target.thread, resource_id=args.resource)
+            status = await om.astatus(target.thread, resource_id=args.resource)
+        total = await store.acount_messages(resource, target.thread)
+        last = await _last_observed(store, record, resource, target.thread)
+        forks = await branch_ids(store, resource, args.thread_id)
         if args.json:  # snake_case throughout, like the Python models (the status event's wire shape is camelCase)
             payload: dict[str, Any] = {
                 "thread": thread.model_dump(mode="json"),
@@ -267,10 +287,14 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
                 "status": status.model_dump(mode="json"),
                 "stored_messages": total,
                 "last_observed_message": last,
+                "branches": forks,
+                "shown": {"branch": target.thread.split("branch:", 1)[1] if target.thread != args.thread_id else None,
+                          "checkpoint": args.checkpoint},
             }
             sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
             return EXIT_OK
         _print_inspection(console, thread, record, status, total, scope, last)
+        _print_forks(console, args, target.thread, forks)
         return EXIT_OK
     finally:
         await store.aclose()
@@ -338,6 +362,14 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
         console.print_json(json.dumps(metadata, default=str, ensure_ascii=False))
     console.print("[bold]Observation log[/bold]")
     console.print(record.observations or "(empty)", markup=False, highlight=False)
+
+
+def _print_forks(console: Console, args: argparse.Namespace, shown: str, forks: list[str]) -> None:
+    if shown != args.thread_id:
+        what = f"checkpoint {args.checkpoint}" if args.checkpoint else f"fork {args.branch}"
+        console.print(f"Shown: the memory of {what} (a time-travel branch of {args.thread_id}).", highlight=False)
+    if forks:
+        console.print(f"Forks of this thread (inspect one with --branch ID): {', '.join(forks)}", highlight=False)
 
 
 # --------------------------------------------------------------- longmemeval

@@ -15,8 +15,11 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..extensions.branches import adelete_branches
+from ..extensions.checkpoint_view import aposition_at, arecord_at
 from ..foundation.events import StatusData
+from ..foundation.window import Window
 from ..store.base import OMRecord, record_key
+from ..store.thread_summaries import ThreadSummary
 from .core import EngineCore
 from .observation import aobserve_manual
 from .reflection import areflect_now
@@ -95,7 +98,16 @@ class ObservationalMemory(EngineCore):
     def reflect(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self.run_sync(self.areflect(thread_id, **kwargs), twin="om.areflect(...)")
 
-    async def aget_record(self, thread_id: str, *, resource_id: str | None = None) -> OMRecord:
+    async def aget_record(self, thread_id: str, *, resource_id: str | None = None, checkpoint: Any = None,
+                          checkpointer: Any = None) -> OMRecord:
+        """The thread's record (a copy). With ``checkpoint`` (a ``StateSnapshot`` from
+        ``graph.get_state(config)``, a state holding ``om_position``, or a checkpoint config with
+        ``checkpointer`` = the saver or the compiled graph): the memory that checkpoint names, as it
+        saw it; after time travel, the fork's own memory rather than the thread's original line."""
+        if checkpoint is not None:
+            position = await aposition_at(checkpoint, checkpointer)
+            _, _, record = await arecord_at(self, thread_id, resource_id, position)
+            return record
         resource = self.resolve_resource(thread_id, resource_id)
         await self.aensure_setup()
         return (await self.aload_record(resource, thread_id)).model_copy(deep=True)
@@ -103,8 +115,17 @@ class ObservationalMemory(EngineCore):
     def get_record(self, thread_id: str, **kwargs: Any) -> OMRecord:
         return self.run_sync(self.aget_record(thread_id, **kwargs), twin="om.aget_record(...)")
 
-    async def astatus(self, thread_id: str, *, resource_id: str | None = None) -> StatusData:
-        """The ``data-om-status`` payload for a thread, without running a step."""
+    async def astatus(self, thread_id: str, *, resource_id: str | None = None, checkpoint: Any = None,
+                      checkpointer: Any = None) -> StatusData:
+        """The ``data-om-status`` payload for a thread, without running a step; with ``checkpoint``
+        (see ``aget_record``), the windows as that checkpoint saw them."""
+        if checkpoint is not None:
+            position = await aposition_at(checkpoint, checkpointer)
+            resolved, branch, record = await arecord_at(self, thread_id, resource_id, position)
+            rows = await self.store.aget_messages(resolved, branch, after_seq=record.last_observed_seq.get(branch, 0),
+                                                  before_seq=position.seq + 1)
+            key = record_key(resolved, self.record_thread(branch))
+            return status_of(self, record, Window(rows), branch, self._step_numbers.last(key))
         resource = self.resolve_resource(thread_id, resource_id)
         await self.aensure_setup()
         record = await self.aload_record(resource, thread_id)
@@ -114,6 +135,20 @@ class ObservationalMemory(EngineCore):
 
     def status(self, thread_id: str, **kwargs: Any) -> StatusData:
         return self.run_sync(self.astatus(thread_id, **kwargs), twin="om.astatus(...)")
+
+    async def alist_threads(self, resource_id: str | None = None, *, after: ThreadSummary | None = None,
+                            limit: int = 20) -> list[ThreadSummary]:
+        """The threads of ``resource_id`` (None: the threads used without a resource), most recent
+        activity first, with title, message count and last activity. Page by key: pass the last
+        summary of a page as ``after`` for the next one."""
+        await self.aensure_setup()
+        summaries: list[ThreadSummary] = await self.store.alist_thread_summaries(resource_id, after=after,
+                                                                                 limit=limit)
+        return summaries
+
+    def list_threads(self, resource_id: str | None = None, **kwargs: Any) -> list[ThreadSummary]:
+        """Sync twin of ``alist_threads``."""
+        return self.run_sync(self.alist_threads(resource_id, **kwargs), twin="om.alist_threads(...)")
 
     def recall_tool(self, *, thread_id: str | None = None, resource_id: str | None = None) -> Any:
         """The ``recall`` tool (needs ``retrieval``). Without ids it reads ``thread_id`` /

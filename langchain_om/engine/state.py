@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 
+from ..foundation.context import with_context
 from ..foundation.events import ExtractionFailure, OMEvent, StatusData
 from ..foundation.window import Window
 from ..store.base import OMRecord, StoredMessage
@@ -50,9 +51,14 @@ class OMContext:
             self._record_copy = self.source_record.model_copy(deep=True)
         return self._record_copy
 
-    def to_messages(self) -> list[BaseMessage]:
+    def to_messages(self, *, merge_system: bool = True) -> list[BaseMessage]:
         """The model's input: the caller's system messages, OM's system message (once there is a
-        log, a task or a section to show), then the unobserved messages."""
+        log, a task or a section to show), then the unobserved messages.
+
+        ``merge_system`` (default): the caller's system messages and OM's become one system
+        message, the caller's text first (``merge_system_messages``); off, they stay apart."""
+        if merge_system:
+            return [*with_context(self.instructions, self.system_message), *self.messages]
         own = [self.system_message] if self.system_message is not None else []
         return [*self.instructions, *own, *self.messages]
 

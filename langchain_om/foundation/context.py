@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date
+from typing import Any
 
-from langchain_core.messages import SystemMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 
 from ..store.base import ObservationGroup
 from .fence import neutralise
@@ -110,3 +111,64 @@ def render_context(
 def context_message(text: str) -> SystemMessage:
     """A system message with a fixed id, so graph state replaces it instead of stacking copies."""
     return SystemMessage(content=text, id=OM_CONTEXT_MESSAGE_ID)
+
+
+def merge_system_messages(first: SystemMessage | None, second: SystemMessage | None) -> SystemMessage | None:
+    """One system message: ``first``'s text, a blank line, then ``second``'s.
+
+    Several providers reject or mishandle a second system message, so wherever OM's context
+    follows a caller's own system prompt the two become one. The caller's text leads: it never
+    changes between steps, and OM's log changes only when observations do (its hints come
+    last), so the merged text keeps the longest byte-identical prefix for prompt caches. The
+    result has OM's fixed id when OM's context is part of it (graph state then replaces it
+    instead of stacking copies), and ``first``'s ``additional_kwargs``."""
+    if second is None:
+        return first
+    if first is None:
+        return second
+    if isinstance(first.content, str) and isinstance(second.content, str):
+        content: Any = f"{first.content}\n\n{second.content}"
+    else:
+        blocks: list[Any] = []
+        for part in (first.content, second.content):
+            if isinstance(part, str):
+                blocks.append({"type": "text", "text": part})
+            else:
+                blocks.extend(part)
+        content = blocks
+    has_om = OM_CONTEXT_MESSAGE_ID in (first.id, second.id)
+    return SystemMessage(content=content, id=OM_CONTEXT_MESSAGE_ID if has_om else first.id,
+                         additional_kwargs=dict(first.additional_kwargs))
+
+
+def with_context(instructions: Sequence[BaseMessage], context: SystemMessage | None) -> list[BaseMessage]:
+    """The caller's system messages followed by OM's context, as one message when there is OM
+    context to add (the caller's alone are left as they are)."""
+    if context is None:
+        return list(instructions)
+    merged: SystemMessage | None = None
+    for instruction in instructions:
+        merged = merge_system_messages(merged, _as_system(instruction))
+    result = merge_system_messages(merged, context)
+    return [result] if result is not None else []
+
+
+def _as_system(message: BaseMessage) -> SystemMessage:
+    if isinstance(message, SystemMessage):
+        return message
+    return SystemMessage(content=message.content, id=message.id, additional_kwargs=dict(message.additional_kwargs))
+
+
+def merge_leading_system_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """``messages`` with the system messages that open it merged into one (in order), when OM's
+    context is among them: a prompt template's system message followed by the history's OM
+    context becomes one message, the template's text first. Anything else is returned as is."""
+    lead = 0
+    while lead < len(messages) and messages[lead].type == "system":
+        lead += 1
+    if lead < 2 or not any(m.id == OM_CONTEXT_MESSAGE_ID for m in messages[:lead]):
+        return list(messages)
+    merged: SystemMessage | None = None
+    for message in messages[:lead]:
+        merged = merge_system_messages(merged, _as_system(message))
+    return [*([merged] if merged is not None else []), *messages[lead:]]

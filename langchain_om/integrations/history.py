@@ -6,16 +6,26 @@ graph nodes): added messages are stored through the engine, and reading ``messag
 one OM step and returns the bounded context (the OM system message once there is something
 observed, then the unobserved messages) instead of the whole conversation. The raw messages
 stay in the store for recall.
+
+One system message: when the thread has system messages of its own, ``messages`` holds them
+merged with OM's context (their text first). A prompt template's system message is outside
+OM's reach (the template puts it in front of the history after OM has answered), so a chain
+``prompt | model`` would send two system messages in a row; put ``one_system_message``
+between them (``prompt | one_system_message | model``) to send one, the template's text first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import RunnableLambda
 
 from ..engine import ObservationalMemory, OMAborted, OMContext
+from ..foundation.context import merge_leading_system_messages
 from ..foundation.tokens import CACHE_KEY
 from ..store.base import check_id, check_thread_id
 
@@ -86,3 +96,17 @@ def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
             raise TypeError(f"messages[{index}]: expected a BaseMessage, got {type(message).__name__}")
         out.append(message.model_copy(deep=True))
     return out
+
+
+def _one_system_message(value: Any) -> Any:
+    if isinstance(value, PromptValue):
+        return merge_leading_system_messages(value.to_messages())
+    if isinstance(value, list) and all(isinstance(m, BaseMessage) for m in value):
+        return merge_leading_system_messages(value)
+    return value
+
+
+one_system_message: RunnableLambda[Any, Any] = RunnableLambda(_one_system_message, name="one_system_message")
+"""A chain step for ``prompt | one_system_message | model``: a prompt template's system message
+and the history's OM context become one system message (the template's text first, so the
+prefix stays byte-identical across turns for prompt caches). Other inputs pass through."""

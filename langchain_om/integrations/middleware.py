@@ -35,7 +35,7 @@ from typing_extensions import NotRequired
 
 from ..engine import ObservationalMemory, OMContext
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
-from ..foundation.context import OM_CONTEXT_MESSAGE_ID
+from ..foundation.context import merge_system_messages
 from .graph import TRIPWIRE_KEY, aprocess_at_checkpoint, aturn_end_at_checkpoint, om_tools, tripwire_message
 
 __all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
@@ -69,25 +69,6 @@ def model_id(model: Any) -> str | None:
     if not name:
         return None
     return f"{provider}/{name}" if provider else str(name)
-
-
-def merge_system_messages(user: SystemMessage | None, om: SystemMessage | None) -> SystemMessage | None:
-    """One system message: the user's prompt first, then OM's context (see the module docstring)."""
-    if om is None:
-        return user
-    if user is None:
-        return om
-    if isinstance(user.content, str) and isinstance(om.content, str):
-        content: Any = f"{user.content}\n\n{om.content}"
-    else:
-        blocks: list[Any] = []
-        for part in (user.content, om.content):
-            if isinstance(part, str):
-                blocks.append({"type": "text", "text": part})
-            else:
-                blocks.extend(part)
-        content = blocks
-    return SystemMessage(content=content, id=OM_CONTEXT_MESSAGE_ID, additional_kwargs=dict(user.additional_kwargs))
 
 
 class OMAgentState(AgentState[Any]):

@@ -412,6 +412,13 @@ class OMStore(Protocol):
     ) -> list[ThreadInfo]:
         """Threads of a resource, newest first."""
 
+    async def alist_thread_summaries(
+        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
+    ) -> list[Any]:
+        """``ThreadSummary`` rows (title, message count, last activity), newest activity first,
+        paged by key (``after`` = the last summary of the previous page); ``resource_id=None``
+        lists the threads used without a resource. See ``store/thread_summaries.py``."""
+
     async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
         """Ids of the resource's threads in code point order, starting after ``after_id``.
 
