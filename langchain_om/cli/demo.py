@@ -39,7 +39,7 @@ from ..foundation.messages import TIMESTAMP_KEY
 from ..model_calls.failure_policy import failure_reason
 from ..model_calls.failures import OMObservationError
 from ..model_calls.models import normalize_model_string
-from ..store.base import implicit_resource, total_tokens
+from ..store.base import implicit_resource, merge_repeated_dates, total_tokens
 from ..store.sqlite import SQLiteStore
 from ..testing import ScriptedObserverModel
 from .hints import inspect_command
@@ -464,22 +464,6 @@ def _pending_reflection(status: Any) -> str | None:
     how = "a buffered reflection is ready and is swapped in" if ready else "the Reflector runs"
     return (f"The observation log ({log.tokens} tokens) is over its reflection threshold ({log.threshold}): "
             f"{how} at the next step.")
-
-
-def merge_repeated_dates(log: str) -> str:
-    """The log for display: a ``Date:`` header repeating the previous one (consecutive observation
-    groups of the same day each carry their own) is dropped with the blank line before it."""
-    out: list[str] = []
-    current: str | None = None
-    for line in log.splitlines():
-        if line.startswith("Date: "):
-            if line == current:
-                while out and not out[-1].strip():
-                    out.pop()
-                continue
-            current = line
-        out.append(line)
-    return "\n".join(out)
 
 
 def _timestamp(message: BaseMessage) -> datetime:
