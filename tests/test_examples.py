@@ -39,7 +39,8 @@ def test_example_runs_offline(script: Path, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, text=True, capture_output=True,
                             timeout=180, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("assistant: ") >= 4
+    if script.stem in QUICKSTARTS:  # a conversation of several turns
+        assert result.stdout.count("assistant: ") >= 4
     assert list(tmp_path.iterdir()) == []  # nothing written to the user's folder
     if "Observation log" in result.stdout:  # the examples that print the log have observed something
         log = result.stdout.split("Observation log:", 1)[1]
@@ -62,7 +63,10 @@ def test_every_example_is_in_the_readme_with_the_same_code() -> None:
                                                          "python scripts/sync_readme_examples.py"
             shown.setdefault(path, []).append(page.name)
         python_blocks = len(re.findall(r"^```python$", text, re.MULTILINE))
-        assert python_blocks == len(blocks), f"{page.name}: a Python block that is not from examples/"
+        assert python_blocks == len(blocks), (
+            f"{page.name}: a Python block that is not from examples/: put the code in examples/NAME.py (a test "
+            "runs it) and mark the block with <!-- example: examples/NAME.py -->, then run "
+            "python scripts/sync_readme_examples.py")
     assert {ROOT / path for path in shown} >= set(EXAMPLES), "an example no page shows"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quickstart = {path for path, _ in sync.readme_examples(_quickstart(readme))}
@@ -73,5 +77,6 @@ def test_every_example_is_in_the_readme_with_the_same_code() -> None:
 def test_examples_switch_to_a_real_model_with_one_variable() -> None:
     for script in EXAMPLES:
         text = script.read_text(encoding="utf-8")
-        assert 'os.environ.get("LANGCHAIN_OM_EXAMPLE_MODEL")' in text, script
+        if "Scripted" in text:  # an example with a model in it: the same script runs on a real one
+            assert 'os.environ.get("LANGCHAIN_OM_EXAMPLE_MODEL")' in text, script
         assert "import langchain_om." not in text.replace("from langchain_om.testing", "")
