@@ -469,6 +469,9 @@ class ScriptedAgentModel(_ScriptedBase):
     stream_tokens: bool = False
     """Stream a text reply word by word (as a provider streams tokens), so ``stream_mode="messages"``
     and UI adapters see several chunks; off by default, when the reply arrives whole."""
+    turns_seen: dict[str, None] = Field(default_factory=dict)
+    """The distinct user messages this model has been shown (by id, else text), in order. The turn it
+    reports counts these, so it keeps counting after OM takes observed messages out of its input."""
 
     def _chunks(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> list[ChatGenerationChunk]:
         result = self._finish(messages, self._reply(messages, self._record(messages, kwargs)))
@@ -514,6 +517,9 @@ class ScriptedAgentModel(_ScriptedBase):
             await asyncio.sleep(0)
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
+        for message in messages:
+            if isinstance(message, HumanMessage):
+                self.turns_seen.setdefault(message.id or _text(message), None)
         if index in self.tool_calls_on:
             name, args = self.tool_calls_on[index]
             return AIMessage(content="", tool_calls=[{"name": name, "args": dict(args), "id": f"call_{index}",
@@ -523,8 +529,10 @@ class ScriptedAgentModel(_ScriptedBase):
             return AIMessage(content=f"Based on {last.name or 'the tool'}: {_short(_text(last), 100)}")
         human = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
         said = _short(_text(human), 80) if human is not None else "nothing yet"
-        turn = sum(1 for m in messages if isinstance(m, HumanMessage))
-        return AIMessage(content=f"{self.reply_prefix} (turn {turn}): you said \"{said}\".")
+        notes = sum(text.count("\n* ") for m in messages if isinstance(m, SystemMessage)
+                    for text in [_text(m)] if "<observations>" in text)
+        memory = f", {notes} note{'' if notes == 1 else 's'} in memory" if notes else ""
+        return AIMessage(content=f"{self.reply_prefix} (turn {len(self.turns_seen)}{memory}): you said \"{said}\".")
 
 
 def scripted_om_models(**kwargs: Any) -> Mapping[str, ScriptedObserverModel]:

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by the scripts: create ./.venv if missing, install the package with the test extras
+# Shared by the scripts: create ./.venv if missing, install the package with the test and docs extras
 # when pyproject.toml is newer than the last install, and activate the venv. It works in the
 # repository root; om_caller_dir keeps the folder the user ran the script from.
 om_caller_dir="$PWD"
@@ -13,6 +13,6 @@ fi
 stamp=.venv/.langchain-om-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! command -v langchain-om >/dev/null 2>&1; then
     python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-    python -m pip install -q -e ".[test]" || { echo "pip install failed" >&2; exit 1; }
+    python -m pip install -q -e ".[test,docs]" || { echo "pip install failed" >&2; exit 1; }
     touch "$stamp"
 fi

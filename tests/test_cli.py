@@ -66,8 +66,9 @@ def test_bad_arguments_exit_with_usage_error(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exc:
         main(["eval", "longmemeval", "--model", "openai:gpt-5-mini"])  # --data missing
     assert exc.value.code == 2
-    with pytest.raises(SystemExit):
-        main([])
+    capsys.readouterr()
+    assert main([]) == 0  # no command: the help, not an error (issue 31)
+    assert "usage: langchain-om" in capsys.readouterr().out
 
 
 def test_eval_reports_a_missing_data_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

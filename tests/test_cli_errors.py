@@ -244,3 +244,131 @@ def test_om_databases_carry_an_application_id_and_older_ones_get_it_on_open(
     assert main(["inspect", "demo-trip", "--db", str(legacy)]) == 0, capsys.readouterr().err
     assert application_id(legacy) == APPLICATION_ID, "opening it migrated the stamp"
     assert main(["inspect", "demo-trip", "--db", str(legacy)]) == 0
+
+
+# ----------------------------------------------------------- issue 31, items 4 and 5
+
+
+def _conversation(path: Path, *texts: str) -> Path:
+    entries = []
+    for index, text in enumerate(texts):
+        entries.append({"role": "user" if index % 2 == 0 else "assistant", "content": text,
+                        "timestamp": f"2026-04-0{1 + index // 2}T09:{index:02d}:00+09:00"})
+    path.write_text(json.dumps(entries, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def test_a_conversation_file_is_replayed_on_its_own_thread_even_beside_the_demo(
+    tmp_path: Path, healthy_db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    monkeypatch.setenv("COLUMNS", "300")
+    db = tmp_path / "om.db"
+    shutil.copy(healthy_db, db)  # already holds the bundled demo's first steps
+    mine = _conversation(tmp_path / "京都の旅.json", "京都で旅館を予約したいです。", "承知しました。",
+                         "Sam can't do long hikes.", "Noted: short walks only.")
+    capsys.readouterr()
+    assert main(["demo", "--db", str(db), "--fast", "--scripted", "--conversation", str(mine)]) == 0
+    out = capsys.readouterr().out
+    assert "already replayed" not in out and "4 messages in 2 steps" in out, out
+    assert "京都の旅-" in out  # the thread is named after the file
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT thread_id, count(*) FROM messages GROUP BY thread_id").fetchall()
+    conn.close()
+    counts = dict(rows)
+    assert counts.pop("demo-trip") > 0  # the bundled demo's rows are untouched
+    (thread, count), = counts.items()
+    assert thread.startswith("京都の旅-") and count == 4
+    # the same file again resumes its own thread; --thread names another one
+    assert main(["demo", "--db", str(db), "--fast", "--scripted", "--conversation", str(mine)]) == 0
+    assert "already replayed" in capsys.readouterr().out
+    assert main(["demo", "--db", str(db), "--fast", "--scripted", "--conversation", str(mine),
+                 "--thread", "mine"]) == 0
+    assert "Thread mine in" in " ".join(capsys.readouterr().out.split())
+
+
+def test_conversation_file_errors_are_one_line_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "folder.json").mkdir()
+    (tmp_path / "latin1.json").write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')
+    (tmp_path / "empty.json").write_bytes(b"")
+    (tmp_path / "blank.json").write_text("  \n")
+    (tmp_path / "list.json").write_text("[]")
+    db = tmp_path / "om.db"
+    for name, reason in (("missing.json", "no such file"), ("folder.json", "is a directory"),
+                         ("latin1.json", "not UTF-8"), ("empty.json", "empty"), ("blank.json", "empty"),
+                         ("list.json", "empty")):
+        assert main(["demo", "--db", str(db), "--fast", "--scripted",
+                     "--conversation", str(tmp_path / name)]) == 1, name
+        _one_line_error(capsys.readouterr().err, "--conversation", name, reason)
+    assert not db.exists()  # refused before the database was created
+
+
+def test_usage_errors_are_one_line_with_a_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, needle in ((["demo", "--steps", "x"], "argument --steps"), (["demo", "--db", ""], "argument --db"),
+                         (["inspect", "t", "--db", " "], "argument --db"), (["demo", "--bogus"], "--bogus"),
+                         (["nosuch"], "invalid choice")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2, argv
+        _one_line_error(capsys.readouterr().err, needle, "--help")
+    assert not (tmp_path / "langchain_om.db").exists()
+
+
+def test_bare_command_shows_the_help_and_demo_help_describes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _fresh("-m", "langchain_om", cwd=tmp_path)
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+    assert "usage: langchain-om" in result.stdout and "inspect" in result.stdout and "demo" in result.stdout
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Replay a conversation step by step" in text and "thread of its own" in text
+
+
+def test_a_network_failure_suggests_scripted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import httpx
+    import langchain.chat_models
+    import langchain.chat_models.base as chat_base
+    import openai
+    from langchain_core.messages import BaseMessage
+    from om_fakes import CallableFake
+
+    class Offline(CallableFake):
+        def _call(self, messages: list[BaseMessage], stop: object = None, run_manager: object = None,
+                  **kwargs: object) -> str:
+            self.prompts.append(list(messages))
+            raise openai.APIConnectionError(request=httpx.Request("POST", "https://api.openai.com/v1/x"))
+
+    model = Offline(fn=lambda _m: "")
+    real = langchain.chat_models.init_chat_model
+
+    def fake_init(spec: str, **kwargs: object) -> object:
+        return model if spec == "scripted:offline" else real(spec, **kwargs)
+
+    monkeypatch.setattr(langchain.chat_models, "init_chat_model", fake_init)
+    monkeypatch.setitem(chat_base._BUILTIN_PROVIDERS, "scripted", ("langchain_om", "Offline", fake_init))
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-set-but-no-network")
+    assert main(["demo", "--db", str(tmp_path / "om.db"), "--model", "scripted:offline", "--fast"]) == 1
+    err = capsys.readouterr().err
+    line = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "Connection error" in line and "--scripted" in line, line
+
+
+def test_eval_errors_name_the_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    out = str(tmp_path / "r.jsonl")
+    assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "openai:gpt-4o-mini", "--out", out]) == 1
+    _one_line_error(capsys.readouterr().err, "--model", "OPENAI_API_KEY")
+    assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "scripted",
+                 "--judge-model", "openai:gpt-4o-mini", "--out", out]) == 1
+    _one_line_error(capsys.readouterr().err, "--judge-model", "OPENAI_API_KEY")
+    assert main(["eval", "longmemeval", "--data", str(LME_DATA), "--model", "scripted", "--out", out,
+                 "--question-type", "bogus"]) == 1
+    _one_line_error(capsys.readouterr().err, "--question-type", "bogus", "single-session-user", "temporal-reasoning")

@@ -8,6 +8,8 @@ would, checks OM's ``data-om-*`` payloads on the custom stream and OM's state in
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import os
 import shutil
 import signal
@@ -18,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -33,6 +36,17 @@ APP = Path(__file__).resolve().parent.parent / "examples" / "langgraph_app"
 TURNS = 8
 
 
+def _example_module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"langgraph_app_{name}", APP / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+dev_server = _example_module("dev_server")  # the port the server and its client use, from one place
+
+
 def turn_text(i: int) -> str:
     return f"Turn {i}: my favourite lamp is model {i} and my budget is {i * 10} dollars. " + "detail " * 30
 
@@ -43,7 +57,7 @@ def langgraph_dev(tmp_path: Path, env: dict[str, str], *flags: str) -> Iterator[
     cli = Path(sys.executable).parent / "langgraph"
     if not cli.exists():
         pytest.fail('the langgraph CLI is missing: pip install "langgraph-cli[inmem]" (a test extra)', pytrace=False)
-    port = free_port()
+    env = {**env, "LANGGRAPH_PORT": str(free_port())}  # the example's one place for the port
     state_dir = APP / ".langgraph_api"  # the dev server's own store of threads and runs, in its cwd
     had_state = state_dir.exists()
     log = (tmp_path / "langgraph-dev.log").open("w")
@@ -55,10 +69,10 @@ def langgraph_dev(tmp_path: Path, env: dict[str, str], *flags: str) -> Iterator[
     for key in ("OM_EXAMPLE_MODEL", "OM_EXAMPLE_OM_MODEL"):
         environment.pop(key, None)  # the offline scripted models
     process = subprocess.Popen(
-        [str(cli), "dev", "--no-reload", "--no-browser", "--host", "127.0.0.1", "--port", str(port), *flags],
+        dev_server.dev_command(*flags, env=environment),
         cwd=APP, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}"
+    url = dev_server.url(environment)
     try:
         deadline = time.monotonic() + 90  # ~5 s here; slow CI machines get slack
         while True:
@@ -133,6 +147,14 @@ async def test_example_under_langgraph_dev_with_sqlite(tmp_path: Path) -> None:
     with langgraph_dev(tmp_path, {"LANGCHAIN_OM_DB": str(db), "LANGCHAIN_OM_PG_DSN": ""}, "--allow-blocking") as url:
         thread_id, payloads = await stream_turns(url, TURNS)
         check_payloads(thread_id, payloads)
+        # the documented client (examples/langgraph_app/client.py) finds the server through the same port
+        port = url.rsplit(":", 1)[1]
+        client = await asyncio.create_subprocess_exec(
+            sys.executable, "client.py", cwd=APP, env={**os.environ, "LANGGRAPH_PORT": port},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(client.communicate(), timeout=60)
+        assert client.returncode == 0, err.decode()
+        assert "data-om-status om-status:" in out.decode() and f"on http://127.0.0.1:{port}" in out.decode()
         # a client of @ai-sdk/langchain asks for the payload that package maps onto data-om-* parts
         _, flat = await stream_turns(url, 1, {"om_stream_format": "ai-sdk-langchain"})
     assert flat and flat[0]["type"] == "om-status" and "data" not in flat[0]
@@ -178,3 +200,14 @@ def test_the_example_config_builds_a_deployment_image_recipe(tmp_path: Path) -> 
     recipe = target.read_text()
     assert "examples/langgraph_app/agent.py:graph" in recipe
     assert "Adding local package ../.." in recipe, "the image installs langchain-om itself"
+
+
+def test_the_port_comes_from_one_place() -> None:
+    """``LANGGRAPH_PORT`` moves the server and the client together; a bad value names the variable."""
+    assert dev_server.port({}) == 2024 and dev_server.url({}) == "http://127.0.0.1:2024"
+    command = dev_server.dev_command("--allow-blocking", env={"LANGGRAPH_PORT": "8123"})
+    assert command[command.index("--port") + 1] == "8123" and command[-1] == "--allow-blocking"
+    assert dev_server.url({"LANGGRAPH_PORT": "8123"}) == "http://127.0.0.1:8123"
+    for bad in ("x", "0", "70000"):
+        with pytest.raises(SystemExit, match="LANGGRAPH_PORT"):
+            dev_server.port({"LANGGRAPH_PORT": bad})

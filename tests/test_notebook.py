@@ -33,6 +33,19 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert len(images) == 1, "the windows plot was drawn inline"
 
 
+def test_every_cell_has_an_id_and_the_notebook_validates() -> None:
+    """nbformat warns about cells without ids today and will refuse them (issue 31, item 8)."""
+    import json
+    import warnings
+
+    raw = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    ids = [cell.get("id") for cell in raw["cells"]]
+    assert all(ids) and len(set(ids)) == len(ids), ids
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nbformat.validate(nbformat.from_dict(raw))  # type: ignore[no-untyped-call]
+
+
 def test_notebook_uses_the_public_api_only() -> None:
     """What a reader copies from the notebook must be the package's public API, with no leftovers."""
     import langchain_om

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -65,20 +65,36 @@ def _version() -> str:
         return __version__
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's own error rule: a usage error is one line starting ``error:`` (naming the
+    argument, as argparse's message does) plus where the options are listed, instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {' '.join(message.split())} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="langchain-om",
         description="Observational Memory for LangGraph/LangChain: demo, inspection and evaluation.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="{demo,inspect,eval}")  # none given: main prints the help
 
-    demo = sub.add_parser("demo", help="replay a bundled multi-day conversation through OM and watch both windows")
-    demo.add_argument("--db", default=None, help="SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
+    demo = sub.add_parser(
+        "demo", help="replay a bundled multi-day conversation through OM and watch both windows",
+        description="Replay a conversation step by step through Observational Memory on a SQLite file and print "
+                    "both windows after every step: the bundled six-day trip planning (152 messages; --lang ja, a "
+                    "Japanese one), or your own JSON file with --conversation (replayed on a thread of its own "
+                    "unless --thread is given). Offline with the scripted Observer/Reflector unless --model or an "
+                    "API key is set. A rerun on the same --db and thread continues where the last one stopped.")
+    demo.add_argument("--db", type=_identifier("--db"), default=None,
+                      help="SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
     demo.add_argument("--model", default=None,
                       help="Observer/Reflector model, any init_chat_model string (openai:gpt-5-mini, "
                            "openai/gpt-5-mini). Default: scripted offline model unless an API key is set")
-    demo.add_argument("--thread", type=_identifier("--thread"), default=None, help="thread id (default: demo-trip)")
+    demo.add_argument("--thread", type=_identifier("--thread"), default=None,
+                      help="thread id (default: demo-trip; with --conversation, a thread named after the file)")
     demo.add_argument("--message-tokens", type=_positive_int, default=None,
                       help="observation threshold of the message window (default: 1200)")
     demo.add_argument("--observation-tokens", type=_positive_int, default=None,
@@ -90,14 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--scripted", action="store_true", help="force the scripted offline model even with API keys")
     demo.add_argument("--conversation", default=None,
                       help="replay this JSON file (a list of {role, content, timestamp, ...}) instead of the "
-                           "bundled one")
+                           "bundled one, on a thread of its own unless --thread is given")
     demo.add_argument("--lang", choices=("en", "ja"), default=None,
                       help="which bundled conversation to replay: en (default) or ja, a Japanese one "
                            "(its default thread is demo-trip-ja)")
 
     inspect = sub.add_parser("inspect", help="print a thread's OM record and windows")
     inspect.add_argument("thread_id", type=_identifier("thread_id"))
-    inspect.add_argument("--db", default=None, help="SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
+    inspect.add_argument("--db", type=_identifier("--db"), default=None,
+                         help="SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
     inspect.add_argument("--resource", type=_identifier("--resource"), default=None,
                          help="resource id (default: none, the thread's private resource)")
     inspect.add_argument("--json", action="store_true", help="print the record and status as JSON (snake_case keys)")
@@ -132,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="questions processed at once (default: %(default)s)")
     lme.add_argument("--limit", type=_positive_int, default=None,
                      help="process at most N new questions (default: all)")
-    lme.add_argument("--db", default=None, help="SQLite file for OM state (default: <out>.om.db)")
+    lme.add_argument("--db", type=_identifier("--db"), default=None,
+                     help="SQLite file for OM state (default: <out>.om.db)")
     lme.add_argument("--message-tokens", type=_positive_int, default=None,
                      help="OM message threshold (default: 30000)")
     lme.add_argument("--observation-tokens", type=_positive_int, default=None,
@@ -153,6 +171,18 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+_EVAL_FLAGS = {"model": "--model", "judge_model": "--judge-model", "om_model": "--om-model",
+               "question_type": "--question-type", "concurrency": "--concurrency", "limit": "--limit",
+               "data": "--data", "message_tokens": "--message-tokens", "observation_tokens": "--observation-tokens"}
+"""The harness's field names (``EvalSettings``) and the flags that set them."""
+
+
+def _as_flag(message: str, flags: dict[str, str]) -> str:
+    """``model: ...`` -> ``--model: ...``: an error from the library, named the way the user typed it."""
+    field, sep, rest = message.partition(": ")
+    return f"{flags[field]}: {rest}" if sep and field in flags else message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code.
 
@@ -161,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.command is None:  # `langchain-om` alone: what it can do, not an error about a missing argument
+        parser.print_help()
+        return EXIT_OK
     console = Console()
     try:
         if args.command == "demo":
@@ -174,7 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_db_path(db, must_exist=True, writable=False)
             return asyncio.run(cmd_threads(args, db, console))
         if args.command == "eval" and args.benchmark == "longmemeval":
-            return _cmd_longmemeval(args, console)
+            try:
+                return _cmd_longmemeval(args, console)
+            except ValueError as exc:  # the harness names EvalSettings fields; the user typed flags
+                return _error(_as_flag(_one_line(exc), _EVAL_FLAGS))
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")
         return 130
@@ -196,19 +232,29 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
         DEFAULT_MESSAGE_TOKENS,
         DEFAULT_OBSERVATION_TOKENS,
         DEFAULT_THREAD,
+        DemoDataError,
         DemoModelError,
         bundled_conversation_path,
+        conversation_thread_id,
+        load_conversation,
         run_demo,
     )
 
+    if args.lang is not None and args.conversation is not None:
+        return _error("--lang picks a bundled conversation and --conversation replays a file: pass one of them")
+    if args.conversation is not None:
+        try:  # checked before --db is touched, so a bad file leaves no empty thread behind
+            load_conversation(args.conversation)
+        except DemoDataError as exc:
+            return _error(f"--conversation: {_one_line(exc)}")
     db = args.db or _default_db()
     check_db_path(db, must_exist=False, writable=True)
     conversation, default_thread = args.conversation, DEFAULT_THREAD
     if args.lang is not None:  # a bundled conversation by language; its own thread, so replays never mix
-        if conversation is not None:
-            return _error("--lang picks a bundled conversation and --conversation replays a file: pass one of them")
         conversation = None if args.lang == "en" else str(bundled_conversation_path(args.lang))
         default_thread = DEFAULT_THREAD if args.lang == "en" else f"{DEFAULT_THREAD}-{args.lang}"
+    elif conversation is not None:  # a file of the user's: a thread of its own, never the bundled demo's
+        default_thread = conversation_thread_id(conversation)
     try:
         run_demo(
             db=db,
@@ -223,7 +269,8 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
             console=console,
         )
     except DemoModelError as exc:  # one line, non-zero exit; the stored steps stay for a rerun
-        return _error(str(exc))
+        hint = "" if args.scripted else "; or add --scripted to run the offline Observer/Reflector instead"
+        return _error(f"{exc}{hint}")
     return EXIT_OK
 
 

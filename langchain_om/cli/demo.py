@@ -15,8 +15,10 @@ Progress is persisted in the SQLite file: re-running with the same ``--db`` and
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ from ..foundation.messages import TIMESTAMP_KEY
 from ..model_calls.failure_policy import failure_reason
 from ..model_calls.failures import OMObservationError
 from ..model_calls.models import normalize_model_string
-from ..store.base import implicit_resource, total_tokens
+from ..store.base import implicit_resource, merge_repeated_dates, total_tokens
 from ..store.sqlite import SQLiteStore
 from ..testing import ScriptedObserverModel
 from .hints import inspect_command
@@ -140,16 +142,49 @@ def messages_from_entries(entries: Sequence[Mapping[str, Any]], *, id_prefix: st
     return out
 
 
-def load_conversation(path: str | Path | None = None, *, id_prefix: str = DEFAULT_THREAD) -> list[BaseMessage]:
-    """The bundled conversation (or ``path``) as LangChain messages, oldest first."""
-    source = Path(path) if path is not None else bundled_conversation_path()
+def _read_text(source: Path) -> str:
+    """The file's text, every way of failing to read it turned into a one-line ``DemoDataError``."""
     try:
-        data = json.loads(source.read_text(encoding="utf-8"))
+        return source.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise DemoDataError(f"{source}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise DemoDataError(f"{source}: is a directory, not a JSON file") from exc
+    except PermissionError as exc:
+        raise DemoDataError(f"{source}: not readable (permission denied)") from exc
+    except UnicodeDecodeError as exc:
+        raise DemoDataError(f"{source}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
+    except OSError as exc:
+        raise DemoDataError(f"{source}: cannot be read ({exc.strerror or exc})") from exc
+
+
+def load_conversation(path: str | Path | None = None, *, id_prefix: str = DEFAULT_THREAD) -> list[BaseMessage]:
+    """The bundled conversation (or ``path``) as LangChain messages, oldest first.
+
+    An unreadable, empty or malformed file raises ``DemoDataError`` naming the file (and the entry and field)."""
+    source = Path(path) if path is not None else bundled_conversation_path()
+    text = _read_text(source)
+    if not text.strip():
+        raise DemoDataError(f"{source}: the file is empty (expected a JSON list of {{role, content, timestamp}})")
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DemoDataError(f"{source}: not valid JSON ({exc})") from exc
     if not isinstance(data, list):
         raise DemoDataError(f"{source}: expected a JSON list of messages")
+    if not data:
+        raise DemoDataError(f"{source}: the list is empty, there is no message to replay")
     return messages_from_entries(data, id_prefix=id_prefix)
+
+
+def conversation_thread_id(path: str | Path) -> str:
+    """The thread a ``--conversation`` file replays into when no ``--thread`` is given: its own one.
+
+    The file's name (readable in ``inspect``) plus a digest of its absolute path, so two files never
+    share a thread (nor the bundled demo's), while re-running the same file resumes where it stopped."""
+    absolute = os.path.abspath(os.path.expanduser(str(path)))
+    stem = re.sub(r"[^\w.-]+", "_", Path(absolute).stem)[:60].strip("_") or "conversation"
+    return f"{stem}-{hashlib.sha256(absolute.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 def split_steps(messages: Sequence[BaseMessage]) -> list[list[BaseMessage]]:
@@ -429,22 +464,6 @@ def _pending_reflection(status: Any) -> str | None:
     how = "a buffered reflection is ready and is swapped in" if ready else "the Reflector runs"
     return (f"The observation log ({log.tokens} tokens) is over its reflection threshold ({log.threshold}): "
             f"{how} at the next step.")
-
-
-def merge_repeated_dates(log: str) -> str:
-    """The log for display: a ``Date:`` header repeating the previous one (consecutive observation
-    groups of the same day each carry their own) is dropped with the blank line before it."""
-    out: list[str] = []
-    current: str | None = None
-    for line in log.splitlines():
-        if line.startswith("Date: "):
-            if line == current:
-                while out and not out[-1].strip():
-                    out.pop()
-                continue
-            current = line
-        out.append(line)
-    return "\n".join(out)
 
 
 def _timestamp(message: BaseMessage) -> datetime:

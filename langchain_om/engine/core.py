@@ -6,7 +6,7 @@ a stored row as a LangChain message).
 modules are functions over it. Extensions (recall, working memory, temporal markers, extractors,
 branches) see it only through ``langchain_om.extensions.host.MemoryHost``.
 
-In-process caches, each bounded (README, "In-process caches"): per thread (``cache_limit``
+In-process caches, each bounded (docs/storage.md, "In-process caches"): per thread (``cache_limit``
 threads, least recently used first out) the ids stored, the caller's last list, the thread's
 incarnation, parsed messages (``MESSAGE_CACHE_PER_THREAD`` each), the unobserved window and the
 caller's instructions; per record (``cache_limit`` records) the parsed record, the rendered log,
@@ -141,7 +141,7 @@ class EngineCore:
         self._instruction_cache: OrderedDict[str, tuple[Any, list[BaseMessage], int]] = OrderedDict()
         self.cache_limit = THREAD_CACHE_LIMIT
         """How many threads (and records) keep in-process state; the least recently used beyond it
-        are forgotten and start their next step cold (README, "In-process caches")."""
+        are forgotten and start their next step cold (docs/storage.md, "In-process caches")."""
         self._recent_threads: OrderedDict[str, None] = OrderedDict()
         self._recent_records: OrderedDict[str, None] = OrderedDict()
         self._pending_events: dict[str, list[OMEvent]] = {}

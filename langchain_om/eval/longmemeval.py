@@ -40,6 +40,7 @@ from rich.table import Table
 from ..engine import ObservationalMemory
 from ..foundation.messages import TIMESTAMP_KEY
 from ..integrations.middleware import merge_system_messages
+from ..model_calls.credentials import check_model_string
 from ..model_calls.models import normalize_model_string
 from ..store.base import implicit_resource
 from ..store.sqlite import SQLiteStore
@@ -215,6 +216,8 @@ def resolve_model(spec: ModelSpec, field_name: str, role: str = "answer") -> Bas
         raise ValueError(f"{field_name}: expected a model string like 'openai:gpt-5-mini', got {spec!r}")
     from langchain.chat_models import init_chat_model
 
+    # a missing key or package is named here, in one line, rather than by the provider SDK's own error
+    check_model_string(spec, field_name)
     return init_chat_model(normalize_model_string(spec))
 
 
@@ -445,7 +448,9 @@ async def arun_longmemeval(
         wanted = set(settings.question_types)
         unknown = wanted - {i.question_type for i in items}
         if unknown:
-            raise ValueError(f"question_type: no questions of type {sorted(unknown)} in {settings.data}")
+            present = ", ".join(sorted({i.question_type for i in items}))
+            raise ValueError(f"question_type: no questions of type {', '.join(sorted(unknown))} in "
+                             f"{settings.data}; its types are: {present}")
         items = [i for i in items if i.question_type in wanted]
     out_path = Path(settings.out)
     done = read_results(out_path)

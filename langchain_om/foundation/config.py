@@ -28,8 +28,11 @@ from .config_values import ratio_tokens as ratio_tokens
 
 class _Strict(BaseModel):
     # allow_inf_nan=False: NaN passes every "<= 0" check and would only fail mid-conversation.
+    # use_attribute_docstrings: each field's docstring is its description, which the configuration
+    # reference (docs/configuration.md, scripts/gen_config_reference.py) is generated from.
     model_config = ConfigDict(
-        extra="forbid", arbitrary_types_allowed=True, validate_assignment=False, allow_inf_nan=False
+        extra="forbid", arbitrary_types_allowed=True, validate_assignment=False, allow_inf_nan=False,
+        use_attribute_docstrings=True,
     )
 
 
@@ -37,7 +40,9 @@ class ModelSettings(_Strict):
     """Generation settings of the Observer or Reflector call."""
 
     temperature: float | None = None
+    """Sampling temperature; `None`: 0.3 for the Observer, 0 for the Reflector."""
     max_output_tokens: int | None = None
+    """Output limit of one call; `None`: 100,000 with the default model, the provider's own otherwise."""
 
     @field_validator("temperature")
     @classmethod
@@ -65,25 +70,48 @@ class ObservationConfig(_Strict):
     """When and how the Observer runs."""
 
     model: Any = None
+    """Observer model (any form the top-level `model` takes); unset: `reflection.model`, then the default model."""
     instruction: str | None = None
+    """Extra instructions appended to the Observer's prompt (what to pay attention to in your domain)."""
     thread_title: bool = False
+    """The Observer proposes a short thread title and updates it when the topic changes."""
     extract: list[Any] = Field(default_factory=list)
+    """`Extractor`s run with each observation; their values are stored in the record's metadata."""
     manage_working_memory: bool = False
+    """Adds a `WorkingMemoryExtractor`: the Observer maintains the resource's working memory."""
     observe_attachments: bool | Literal["auto"] | list[str] = True
+    """Which images reach the Observer beside their `[Image #1: name.png]` placeholder: `True` all, `False` none,
+    `"auto"` when the model takes images, or a MIME allow-list (`["image/*"]`). Other files are placeholders only."""
     message_tokens: int = 30_000
+    """Unobserved-message tokens that trigger observation."""
     max_tokens_per_batch: int = 10_000
+    """Most conversation tokens one Observer call takes; a larger backlog is observed in several calls, oldest first,
+    each committed."""
     model_settings: ModelSettings = Field(default_factory=ModelSettings)
+    """Generation settings of the Observer call (`temperature`, `max_output_tokens`)."""
     provider_options: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific options passed to the Observer call."""
     buffer_tokens: float | Literal[False] = 0.2
+    """Background buffering interval: below 1 a fraction of `message_tokens`, 1 or more tokens; `False` turns buffering
+    (and buffered reflection) off. Must stay below `message_tokens`."""
     buffer_on_idle: bool = False
+    """Also buffer in the background when a turn ends (`aon_turn_end`, the graph's `om_turn_end` node)."""
     buffer_activation: float = 0.8
+    """What an activation keeps: a ratio `r <= 1` leaves about `(1 - r) x message_tokens` of the window; a value `>=
+    1000` keeps that many tokens."""
     activate_after_idle: Any = None
+    """Activate buffered observations after this much inactivity, below the threshold too: ms, `"5m"`, `"1hr"`,
+    `"auto"` (the provider's prompt-cache TTL) or `False`. Unset: the top-level value."""
     activate_on_provider_change: bool | None = None
+    """Activate buffered observations when the agent's provider or model changes. Unset: the top-level value."""
     block_after: float | None = None
+    """Force a blocking observation when buffering falls behind: `[1, 100)` a multiple of `message_tokens`, `>= 100`
+    tokens. Unset: 1.2 with buffering."""
     previous_observer_tokens: int | Literal[False] = 2000
-    # Not on the reference page: a per-attempt ceiling on the OM model call (ms, "90s", "5m" or
-    # false), so a hung provider degrades to a failure event instead of stalling the agent's step.
+    """Budget of earlier observations shown to the Observer (🔴 lines kept first); `0` none, `False` no truncation."""
     model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS
+    """Ceiling of one Observer attempt (ms, `"90s"`, `False`): a hung provider becomes a failure event, not a stalled
+    step."""
 
     @field_validator("model_timeout", mode="before")
     @classmethod
@@ -182,16 +210,27 @@ class ReflectionConfig(_Strict):
     """When and how the Reflector runs."""
 
     model: Any = None
+    """Reflector model; unset: `observation.model`, then the default model."""
     instruction: str | None = None
+    """Extra instructions appended to the Reflector's prompt."""
     extract: list[Any] = Field(default_factory=list)
+    """`Extractor`s run with each reflection."""
     observation_tokens: int = 40_000
+    """Observation-log tokens that trigger reflection."""
     model_settings: ModelSettings = Field(default_factory=ModelSettings)
+    """Generation settings of the Reflector call."""
     provider_options: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific options passed to the Reflector call."""
     buffer_activation: float = 0.5
+    """Start a background reflection when the log reaches this fraction of `observation_tokens`."""
     activate_after_idle: Any = None
+    """Idle activation of a buffered reflection (never inherited from the top level)."""
     activate_on_provider_change: bool = False
+    """Activate a buffered reflection when the agent's provider or model changes (never inherited)."""
     block_after: float = DEFAULT_BLOCK_AFTER
-    model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS  # see ObservationConfig.model_timeout
+    """Force a blocking reflection past this multiple (`< 100`) or size (`>= 100` tokens) of `observation_tokens`."""
+    model_timeout: Any = DEFAULT_MODEL_TIMEOUT_MS
+    """Ceiling of one Reflector attempt (ms, `"90s"`, `False`)."""
 
     @field_validator("model_timeout", mode="before")
     @classmethod
@@ -251,18 +290,24 @@ class FailurePolicyConfig(_Strict):
     """
 
     on_failure: Literal["continue", "raise"] = "continue"
+    """`"continue"`: the step goes on without observing and `data-om-observation-failed` says why; `"raise"`: the
+    caller gets `OMObservationError` (the turn's messages are stored). A string is shorthand:
+    `failure_policy="raise"`."""
     max_retries: int = Field(default=2, ge=0, le=10)
+    """Retries of a transient error (429, 408, 409, 5xx, timeouts) per model; permanent errors are never retried."""
     backoff: Any = 500.0
+    """Backoff base (doubles per retry; each wait is uniform in `[0, that]`)."""
     max_backoff: Any = 8000.0
-    # Wall-clock budget for OM's model calls inside one turn (ms, "30s", or false = unbounded).
+    """Backoff cap."""
     turn_budget: Any = 60_000.0
-    # Unobserved tokens past which the agent's context is trimmed to the newest messages (on
-    # "continue") or the step raises (on "raise") while the Observer is failing; None derives it
-    # from observation.block_after (twice its token count).
+    """Wall-clock budget for OM's model calls in one step (ms, `"30s"`, `False` unbounded). Background buffering is not
+    bound by it."""
     hard_ceiling: int | None = Field(default=None, ge=1)
-    # How long a worker's claim on a record's observation cycle outlives the worker if it dies
-    # holding it (a live holder renews it every third of this).
+    """While the Observer fails, the context keeps only the newest unobserved messages that fit these tokens (nothing
+    is deleted); with `"raise"`, passing it raises. `None`: twice `observation.block_after`'s tokens."""
     lease_ttl: Any = 10_000.0
+    """How long a worker's lease on a record outlives the worker if it dies holding it (a live holder renews it every
+    third of this)."""
 
     @field_validator("backoff", "max_backoff", "lease_ttl", mode="before")
     @classmethod
@@ -295,11 +340,17 @@ class RetrievalConfig(_Strict):
     """
 
     vector: bool = False
+    """Add semantic search to `recall`'s keyword search (needs `embeddings` or `vector_store`)."""
     scope: Scope = "resource"
+    """`"resource"`: `recall` reads every thread of the user; `"thread"`: the current thread only."""
     instructions: str | None = None
+    """Extra guidance on using `recall`, appended to OM's own."""
     vector_store: Any = None
+    """A LangChain `VectorStore` (filterable by `resource_id` metadata) for semantic search."""
     embeddings: Any = None
+    """A LangChain `Embeddings`: each message is embedded once and its vector kept in OM's store."""
     search_limit: int = Field(default=10, ge=1)
+    """Most results one `recall` search returns."""
 
     @model_validator(mode="after")
     def _vector_needs_store(self) -> RetrievalConfig:
@@ -343,20 +394,42 @@ class OMConfig(_Strict):
     """The whole configuration, cross-checked."""
 
     enabled: bool = True
+    """`False` stores messages but never observes."""
     model: Any = None
+    """Observer *and* Reflector model: an `init_chat_model` string (`provider:model` or `provider/model`), a chat
+    model, a callable `(context) -> model`, a `ModelByInputTokens`, or a list of fallbacks; `"default"` is the
+    default model. Not together with `observation.model` / `reflection.model`. Unset:
+    `google_genai:gemini-2.5-flash`."""
     scope: Scope = "thread"
+    """`"thread"`: one log per thread; `"resource"` (experimental): one log shared by all threads of a resource, which
+    every call must then name."""
     observation: ObservationConfig = Field(default_factory=ObservationConfig)
+    """When and how the Observer runs (`ObservationConfig` or a dict)."""
     reflection: ReflectionConfig = Field(default_factory=ReflectionConfig)
+    """When and how the Reflector runs (`ReflectionConfig` or a dict)."""
     share_token_budget: bool = False
+    """Messages and observations share `message_tokens + observation_tokens` (needs `buffer_tokens=False`)."""
     temporal_markers: bool = False
+    """Insert a stored "time passed" marker before a user message sent 10 minutes or more after the last one."""
     retrieval: RetrievalConfig | None = None
+    """`True` or a `RetrievalConfig` / dict: the `recall` tool over the raw messages (keyword search always)."""
     activate_after_idle: Any = None
+    """Activate buffered observations after this much inactivity: ms, `"5m"`, `"1hr"`, `"auto"` or `False`. Not
+    inherited by reflection."""
     activate_on_provider_change: bool = False
+    """Activate buffered observations when the agent's provider or model changes. Not inherited by reflection."""
     obscure_thread_ids: bool = False
+    """Hash thread ids in the prompts shown to the Observer (always on in resource scope)."""
     token_counter: Any = "auto"
+    """`"auto"` (tiktoken `o200k_base`, shipped offline; else the estimator), `"tiktoken"`, `"estimator"` or a
+    `TokenCounter`."""
     hooks: Any = None
+    """`ObserveHooks(on_observation_start/end, on_reflection_start/end)`: called with `thread_id`, `resource_id`,
+    `trigger`; end hooks also get `usage` and `error`. Hook errors are logged, not raised."""
     failure_policy: FailurePolicyConfig = Field(default_factory=FailurePolicyConfig)
+    """When OM's own model calls fail: `"continue"`, `"raise"` or a dict of the `failure_policy.*` options."""
     on_debug_event: Callable[..., Any] | None = None
+    """Called with every event, background ones included."""
 
     @classmethod
     def build(cls, **options: Any) -> OMConfig:

@@ -30,7 +30,9 @@ def iso_now() -> str:
 
 
 class _Data(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # attribute docstrings become field descriptions: docs/events.md is generated from them
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              use_attribute_docstrings=True)
 
 
 class ObservationMarkerConfig(_Data):

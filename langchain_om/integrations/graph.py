@@ -353,7 +353,7 @@ def add_observational_memory(
     The state needs ``messages_key`` with the ``add_messages`` reducer. Nodes read
     ``thread_id`` (required) and ``resource_id`` (optional, alias ``user_id``) from
     ``config["configurable"]``. System messages in state are the caller's instructions: they
-    stay first in state and are never observed (README, "What the model sees"). Returns ``builder``.
+    stay first in state and are never observed (docs/what-the-model-sees.md). Returns ``builder``.
 
     The OM nodes route with ``Command`` (each declares its next node and ``END`` as
     destinations). When OM aborts a step (it cannot build a context, e.g. no tier of a

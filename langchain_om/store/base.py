@@ -220,7 +220,8 @@ class OMRecord(_Model):
 
     @property
     def observations(self) -> str:
-        return "\n\n".join(group.text for group in self.groups)
+        """The log as one text: the groups in order, consecutive groups of one day under one ``Date:``."""
+        return merge_repeated_dates("\n\n".join(group.text for group in self.groups))
 
     @property
     def current_task(self) -> str | None:
@@ -231,6 +232,23 @@ class OMRecord(_Model):
     def suggested_response(self) -> str | None:
         value = self.metadata.get("suggested_response")
         return value if isinstance(value, str) else None
+
+
+def merge_repeated_dates(log: str) -> str:
+    """``log`` with every ``Date:`` header that repeats the one before it dropped, with the blank lines
+    before it: each observation group carries its own header, so a day observed in several cycles would
+    otherwise read as several days."""
+    out: list[str] = []
+    current: str | None = None
+    for line in log.splitlines():
+        if line.startswith("Date: "):
+            if line == current:
+                while out and not out[-1].strip():
+                    out.pop()
+                continue
+            current = line
+        out.append(line)
+    return "\n".join(out)
 
 
 def total_tokens(rows: Iterable[StoredMessage]) -> int:

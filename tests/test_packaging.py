@@ -1,0 +1,66 @@
+"""The install lines of the README work (issue 31, item 6): ``python -m build`` makes a wheel and an
+sdist that ``twine check`` accepts, and the wheel installed into a fresh virtualenv runs the demo
+and ``inspect`` through its own console script, away from this checkout."""
+
+from __future__ import annotations
+
+import os
+import site
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(a) for a in args], cwd=cwd, env=env, text=True, capture_output=True, timeout=300,
+                            check=False)
+    assert result.returncode == 0, f"{args}:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_build_twine_check_and_a_clean_venv_runs_the_demo(tmp_path: Path) -> None:
+    pytest.importorskip("build", reason='the test extra has it: pip install -e ".[test]"')
+    pytest.importorskip("twine", reason='the test extra has it: pip install -e ".[test]"')
+    dist = tmp_path / "dist"
+    _run(sys.executable, "-m", "build", "--outdir", dist, ROOT, cwd=tmp_path)
+    wheels, sdists = list(dist.glob("*.whl")), list(dist.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, list(dist.iterdir())
+    _run(sys.executable, "-m", "twine", "check", "--strict", *wheels, *sdists, cwd=tmp_path)
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = wheel.namelist()
+        metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "langchain_om/data/demo_conversation.json" in names and "langchain_om/py.typed" in names
+    assert not any(n.startswith(("tests/", "examples/", "docs/")) for n in names)
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    for extra, package in (("ui", "fastapi"), ("ui", "uvicorn"), ("docs", "mkdocs-material")):
+        assert any(line.startswith(f"Requires-Dist: {package}") and f"extra == '{extra}'" in line
+                   for line in requires), (extra, package, requires)
+
+    # A fresh venv holding only the wheel; its dependencies are borrowed from this environment through a
+    # path file (not re-downloaded: CI stays fast), which adds their folders without running this
+    # environment's own .pth files, so the editable install of the checkout stays out of sight.
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    purelib = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                        cwd=tmp_path).stdout.strip())
+    borrowed = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
+    (purelib / "_borrowed_dependencies.pth").write_text("\n".join(sorted(borrowed)) + "\n")
+    _run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", wheels[0], cwd=tmp_path)
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "OPENAI_API_KEY", "GOOGLE_API_KEY", "LANGCHAIN_OM_DB", "VIRTUAL_ENV")}
+    env["COLUMNS"] = "200"
+    where = _run(python, "-c", "import langchain_om; print(langchain_om.__file__)", cwd=tmp_path, env=env)
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
+    cli = venv / "bin" / "langchain-om"
+    demo = _run(cli, "demo", "--fast", "--scripted", "--steps", "4", "--db", "trip.db", cwd=tmp_path, env=env)
+    assert "What OM did" in demo.stdout and "Final observation log" in demo.stdout
+    shown = _run(cli, "inspect", "demo-trip", "--db", "trip.db", "--json", cwd=tmp_path, env=env)
+    assert '"stored_messages"' in shown.stdout
