@@ -22,7 +22,7 @@ from ..store.base import OMRecord, record_key
 from ..store.thread_summaries import ThreadSummary
 from .core import EngineCore
 from .observation import aobserve_manual
-from .reflection import areflect_now
+from .reflection import areflect_manual
 from .state import OMContext, Phase, StepState
 from .state_trim import leaving_ids
 from .status import status_of
@@ -80,9 +80,7 @@ class ObservationalMemory(EngineCore):
         """Reflect the whole observation log now (trigger ``manual``)."""
         step = await self._manual_step(thread_id, resource_id, config)
         async with self._lock(step.key):
-            record = await self.aload_record(step.resource_id, thread_id)
-            if record.groups:
-                record = await areflect_now(self, step, record, trigger="manual")
+            record = await areflect_manual(self, step)
         await self.dispatch(step.events, config)
         return record.model_copy(deep=True)
 

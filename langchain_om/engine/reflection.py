@@ -15,11 +15,13 @@ from typing import Any
 
 from ..foundation.events import ActivationData, ActivationEvent, ObservationMarkerConfig, iso_now
 from ..foundation.hooks import Trigger
+from ..model_calls.failures import remaining_budget
 from ..model_calls.spend import add_to_record as add_spend
 from ..store.base import BufferedReflection, ObservationGroup, OMRecord, RecordConflictError, new_id, utcnow
 from . import planner
 from .activation import reflection_signals
 from .core import EngineCore
+from .leases import lease_name, try_lease, wait_for_lease
 from .model_runs import Reflected, apply_hints, arun_reflector
 from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState
 
@@ -39,8 +41,45 @@ async def areflect_step(core: EngineCore, step: StepState, record: OMRecord, win
         if plan is not None and plan.action == "activate":
             return record  # another worker staged a new one meanwhile: the next step activates it
     if plan is not None and plan.action == "reflect":
-        record = await areflect_now(core, step, record, trigger="turn-sync")
+        record = await _areflect_leased(core, step, record, window_tokens)
     return record
+
+
+async def _areflect_leased(core: EngineCore, step: StepState, record: OMRecord, window_tokens: int) -> OMRecord:
+    """Reflect under the record's ``reflect`` lease, as observation does under ``observe``: eight
+    workers crossing the threshold on the same step paid the Reflector eight times for one log
+    (the compare-and-swap kept only one result). A worker that waited plans again on the record
+    the holder left: usually reflected already, or a buffered reflection to activate."""
+    ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
+    await _await_own_buffered_reflection(core, step, ttl)
+    async with wait_for_lease(core.store, lease_name(step.key, "reflect"), ttl):
+        latest = await core.aload_record(step.resource_id, step.thread_id)
+        if latest.version != record.version:
+            record = latest
+            plan = planner.plan_reflection(core.config, record, window_tokens)
+            if plan is None:
+                return record
+            if plan.action == "activate":
+                staged = record.buffered_reflection
+                return record if staged is None else await aactivate_reflection(core, step, record, staged, plan)
+        return await areflect_now(core, step, record, trigger="turn-sync")
+
+
+async def areflect_manual(core: EngineCore, step: StepState) -> OMRecord:
+    """``areflect``: reflect the latest log now, under the record's ``reflect`` lease."""
+    ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
+    await _await_own_buffered_reflection(core, step, ttl)
+    async with wait_for_lease(core.store, lease_name(step.key, "reflect"), ttl):
+        record = await core.aload_record(step.resource_id, step.thread_id)
+        return await areflect_now(core, step, record, trigger="manual") if record.groups else record
+
+
+async def _await_own_buffered_reflection(core: EngineCore, step: StepState, ttl: float) -> None:
+    """Let this process's buffered reflection (which holds the lease and stages its result under
+    the record's lock, held by this step) finish first, lending it the lock: waiting on the lease
+    alone would deadlock until the ttl. Bounded by the turn's budget (the lease ttl without one)."""
+    left = remaining_budget()
+    await core._loans.wait_for(step.key, core._tasks.task(step.key, "reflect"), ttl if left is None else left)
 
 
 async def areflect_now(core: EngineCore, step: StepState, record: OMRecord, *, trigger: Trigger) -> OMRecord:
@@ -105,16 +144,28 @@ def apply_reflection(core: EngineCore, record: OMRecord, covered: Sequence[str],
 
 
 async def abuffer_reflection(core: EngineCore, step: StepState, group_ids: list[str]) -> None:
-    """Background: reflect ``group_ids`` and stage the result for a later activation."""
+    """Background: reflect ``group_ids`` and stage the result for a later activation, under the
+    record's ``reflect`` lease (skipped while another worker holds it: it is reflecting this log)."""
+    ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
+    async with try_lease(core.store, lease_name(step.key, "reflect"), ttl) as held:
+        if not held:
+            return
+        record = await core.aload_record(step.resource_id, step.thread_id)
+        if [g.id for g in record.groups][: len(group_ids)] != group_ids or record.buffered_reflection is not None:
+            return  # reflected or staged by another worker since this cycle was scheduled
+        await _buffer_reflection_held(core, step, record, group_ids)
+
+
+async def _buffer_reflection_held(core: EngineCore, step: StepState, record: OMRecord, group_ids: list[str]) -> None:
     emit = core.background_emit(step.key)
-    record = await core.aload_record(step.resource_id, step.thread_id)
     try:
         outcome = await arun_reflector(core, step, record, group_ids, trigger="async-buffer", buffering=True,
                                        emit=emit)
     except OMAborted as exc:
         logger.warning("langchain-om reflection buffering aborted: %s", exc)
         outcome = None
-    async with core._lock(step.key):
+    # under the record's lock, or a loan of it from a step of this process waiting for this cycle
+    async with core._loans.hold(step.key, core._lock(step.key)):
         if outcome is None:
             # the buffering-failed event is out; the observations are untouched
             await _hold(core, step, record.observation_tokens, planner.REFLECTION_FAILED)
