@@ -667,3 +667,58 @@ def test_custom_counter_subclass_gets_caching_for_free() -> None:
     assert counter.count_message(message) == MESSAGE_OVERHEAD + 6
     assert counter.calls == 1
     assert get_token_counter(counter) is counter
+
+
+def test_an_image_sent_as_a_file_block_counts_as_an_image(tiktoken_counter: TiktokenCounter) -> None:
+    """Issue 30 item 12: ``{"type": "file", "mime_type": "image/png", "base64": ...}`` (a 256x256
+    PNG of ~190 kB) counted 24k tokens by its size; it is an image, in a user message and in a
+    tool result alike (also nested in an Anthropic ``tool_result`` block, or as an OpenAI file)."""
+    png = _b64(_png(256, 256) + os.urandom(190_000))
+    as_image = tiktoken_counter.count_message(HumanMessage(content=[
+        {"type": "text", "text": "この写真は?"}, {"type": "image", "base64": png, "mime_type": "image/png"}]))
+    variants: list[BaseMessage] = [
+        HumanMessage(content=[{"type": "text", "text": "この写真は?"},
+                              {"type": "file", "base64": png, "mime_type": "image/png"}]),
+        HumanMessage(content=[{"type": "text", "text": "この写真は?"},
+                              {"type": "file", "url": f"data:image/png;base64,{png}"}]),
+        HumanMessage(content=[{"type": "text", "text": "この写真は?"},
+                              {"type": "file", "file": {"file_data": f"data:image/png;base64,{png}"}}]),
+    ]
+    for message in variants:
+        assert tiktoken_counter.count_message(message) == as_image, message.content[1]
+    assert as_image < 500, "a 256x256 image is a few hundred tokens at most"
+
+    image_result = ToolMessage(content=[{"type": "image", "base64": png, "mime_type": "image/png"}],
+                               tool_call_id="c1")
+    file_result = ToolMessage(content=[{"type": "file", "base64": png, "mime_type": "image/png"}],
+                              tool_call_id="c1")
+    assert tiktoken_counter.count_message(file_result) == tiktoken_counter.count_message(image_result) < 500
+    nested = HumanMessage(content=[{"type": "tool_result", "tool_use_id": "c1", "content": [
+        {"type": "text", "text": "screenshot"}, {"type": "file", "base64": png, "mime_type": "image/png"}]}])
+    assert tiktoken_counter.count_message(nested) < 500
+    # an SVG is XML text, and a PDF stays a binary document
+    svg = '<svg xmlns="http://www.w3.org/2000/svg">' + "<rect/>" * 200 + "</svg>"
+    svg_file = HumanMessage(content=[{"type": "file", "base64": _b64(svg.encode()), "mime_type": "image/svg+xml"}])
+    assert tiktoken_counter.count_message(svg_file) >= tiktoken_counter.count_text(svg)
+    pdf = HumanMessage(content=[{"type": "file", "base64": png, "mime_type": "application/pdf"}])
+    assert tiktoken_counter.count_message(pdf) > 20_000
+
+
+async def test_an_image_file_in_a_step_fills_the_window_as_an_image() -> None:
+    """Item 12 end to end: the status's window holds an image's tokens, not the PNG's byte count."""
+    from langchain_om.engine import ObservationalMemory
+    from langchain_om.store.memory import InMemoryStore
+    from langchain_om.testing import ScriptedObserverModel
+
+    png = _b64(_png(256, 256) + os.urandom(190_000))
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(), token_counter="tiktoken",
+                             observation={"message_tokens": 3_000})
+    history: list[BaseMessage] = [
+        HumanMessage(content=[{"type": "text", "text": "Describe this photo / この写真を説明して"},
+                              {"type": "file", "base64": png, "mime_type": "image/png"}], id="h1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "screenshot", "args": {}, "id": "c1", "type": "tool_call"}]),
+        ToolMessage(content=[{"type": "file", "base64": png, "mime_type": "image/png"}], tool_call_id="c1", id="t1"),
+    ]
+    ctx = await om.aprocess("t1", history)
+    assert ctx.status.windows.active.messages.tokens < 1_000, ctx.status.windows.active.messages
+    assert [m.id for m in ctx.messages] == ["h1", "a1", "t1"], "nothing was observed away: the window is small"

@@ -49,6 +49,7 @@ from .tokens_media import (
     file_tokens,
     image_block_tokens,
     image_tokens,
+    is_image_file,
     normalize_provider,
 )
 
@@ -77,7 +78,7 @@ TIKTOKEN_SOURCE = "tiktoken:o200k_base"
 ESTIMATOR_SOURCE = "estimator"
 
 CACHE_KEY = "om_tokens"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bump whenever part counting changes, so every cached entry is recomputed."""
 
 MESSAGE_OVERHEAD = 4
@@ -251,6 +252,8 @@ _TOOL_CALL_TYPES = frozenset(
     {"tool_call", "tool_call_chunk", "tool_use", "function_call", "server_tool_call", "server_tool_use",
      "invalid_tool_call"}
 )
+_TOOL_RESULT_TYPES = frozenset({"tool_result", "web_search_tool_result", "mcp_tool_result"})
+"""Blocks holding a tool's result as content blocks of their own (Anthropic's format)."""
 _BLOCK_META_KEYS = frozenset({"type", "id", "index", "extras", "cache_control"})
 
 
@@ -383,7 +386,7 @@ class TokenCounter:
         if kind in _IMAGE_TYPES:
             return image_block_tokens(block, provider)
         if kind in _FILE_TYPES:
-            return file_block_tokens(self, block)
+            return image_block_tokens(block, provider) if is_image_file(block) else file_block_tokens(self, block)
         if kind in _TOOL_CALL_TYPES:
             for key in ("id", "call_id"):
                 value = block.get(key)
@@ -393,6 +396,12 @@ class TokenCounter:
             return self._tool_call_tokens(block.get("name"), args)
         # Tool results and provider-specific blocks: count whatever payload they carry.
         payload = {k: v for k, v in block.items() if k not in _BLOCK_META_KEYS}
+        nested = payload.get("content")
+        if kind in _TOOL_RESULT_TYPES and isinstance(nested, list):  # a result's own blocks (images too)
+            rest = {k: v for k, v in payload.items() if k != "content"}
+            inner = sum(self.count_text(_json(b)) if isinstance(b, Mapping) and b.get("type") in _TOOL_RESULT_TYPES
+                        else self._block_tokens(b, provider, call_ids) or 0 for b in nested)  # one level deep
+            return inner + (self.count_text(_json(rest)) if rest else 0)
         return self.count_text(_json(payload)) if payload else None
 
 

@@ -258,6 +258,16 @@ def image_block_tokens(block: Mapping[str, Any], provider: ProviderFamily | None
     return image_tokens(width, height, provider, detail)
 
 
+def is_image_file(block: Mapping[str, Any]) -> bool:
+    """A file block (``{"type": "file", "mime_type": "image/png", ...}``) that holds an image: the
+    provider reads it as an image, so it is priced as one, not by its byte size. SVG is XML text."""
+    _, _, mime = _payload(block)
+    if not mime:
+        return False
+    mime = mime.lower()
+    return mime.startswith("image/") and not _TEXT_MIME_RE.match(mime)
+
+
 _TEXT_MIME_RE = re.compile(r"^(text/|application/(json|xml|yaml|x-yaml|javascript|csv|x-ndjson|sql)\b|.*\+(json|xml)$)")
 
 
