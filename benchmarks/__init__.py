@@ -13,6 +13,7 @@ SECTIONS = (
     "scale",
     "branches",
     "wirings",
+    "reflector_spend",
 )
 
 __all__ = ["SECTIONS"]

@@ -21,6 +21,7 @@ from . import (
     buffering,
     prompt_cache,
     prompt_tokens,
+    reflector_spend,
     scale,
     search,
     search_languages,
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
-               "search_languages": search_languages, "scale": scale, "branches": branches, "wirings": wirings}
+               "search_languages": search_languages, "scale": scale, "branches": branches, "wirings": wirings,
+               "reflector_spend": reflector_spend}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

@@ -12,7 +12,7 @@ in the background (the default buffering), per backend:
 * the ratio of 8 workers to 1 (target: at most 1.25x for the Reflector).
 
     python -m benchmarks.reflector_spend                     # SQLite, and PostgreSQL if a DSN is set
-    python -m benchmarks.reflector_spend --workers 1,8 --turns 40 --modes sync --stores sqlite
+    python -m benchmarks.reflector_spend --workers 1,8 --spend-turns 40 --modes sync --stores sqlite
 
 Not a timed test: the counts depend on scheduling; the smoke test runs it small.
 """
@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = tempfile.mkdtemp(prefix="om-reflect-")
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for backend in args.stores:
+        if backend not in ("sqlite", "postgres") or (backend == "postgres" and args.no_pg):
+            continue  # (--stores is shared with other sections, which also measure "memory")
         if backend == "postgres" and not dsn:
             print("postgres: skipped (no --pg-dsn / LANGCHAIN_OM_TEST_PG_DSN)")
             continue
@@ -135,7 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for workers in args.workers:
                 url = (f"sqlite:{tmp}/om-{mode}-{workers}-{uuid.uuid4().hex[:6]}.db" if backend == "sqlite"
                        else f"postgres:om_reflect_{uuid.uuid4().hex[:8]}:{dsn}")
-                rows.append(measure(url, workers, args.turns, args.model_delay, mode))
+                rows.append(measure(url, workers, args.spend_turns, args.model_delay, mode))
             base = rows[0]
             for row in rows:
                 for metric in ("reflector_calls", "reflector_input_tokens", "observer_calls"):
@@ -146,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               for backend, modes in results.items() for mode, rows in modes.items()
               for what in ("calls", "input_tokens")}
     return {"machine": machine(),
-            "params": {"turns": args.turns, "model_delay": args.model_delay, "workers": args.workers,
+            "params": {"turns": args.spend_turns, "model_delay": args.model_delay, "workers": args.workers,
                        "modes": args.modes},
             "results": results, "ratios": ratios,
             "target": "Reflector calls and input tokens at 8 workers <= 1.25x of one worker"}
@@ -167,11 +169,12 @@ def report(payload: dict[str, Any]) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 8])
-    parser.add_argument("--turns", type=int, default=24 if quick else 60)
+    parser.add_argument("--spend-turns", type=int, default=12 if quick else 24)
     parser.add_argument("--model-delay", type=float, default=0.05)
-    parser.add_argument("--modes", type=lambda v: v.split(","), default=list(_MODES))
+    parser.add_argument("--modes", type=lambda v: v.split(","), default=["sync"] if quick else list(_MODES))
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite", "postgres"])
     parser.add_argument("--pg-dsn", default=None)
+    parser.add_argument("--no-pg", action="store_true")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

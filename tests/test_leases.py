@@ -146,7 +146,8 @@ async def test_a_cancel_that_lands_while_a_lease_stops_its_heartbeat_is_not_swal
 
 
 @pytest.mark.parametrize("store_kind", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
-@pytest.mark.parametrize(("holder_skew", "taker_skew"), [(0.0, 60.0), (-60.0, 0.0)], ids=["taker-ahead", "holder-behind"])
+@pytest.mark.parametrize(("holder_skew", "taker_skew"), [(0.0, 60.0), (-60.0, 0.0)],
+                         ids=["taker-ahead", "holder-behind"])
 async def test_postgres_leases_run_on_the_servers_clock(store: OMStore, monkeypatch: pytest.MonkeyPatch,
                                                         holder_skew: float, taker_skew: float) -> None:
     """Issue 30, item 9: a worker whose clock is a minute ahead does not take a live lease, and

@@ -93,3 +93,19 @@ async def test_a_thread_holding_a_row_with_a_lone_surrogate_recovers(store: OMSt
     found = result_dict(await om.recall_tool(thread_id="t2", resource_id="bob").ainvoke(
         {"mode": "search", "query": "upload"}))
     assert "h0" in found["results"]
+
+
+async def test_every_store_call_accepts_a_lone_surrogate(store: OMStore) -> None:
+    """The store API on its own: messages and values keep it, a title (a label) and the index get U+FFFD."""
+    data = {"type": "tool", "data": {"content": f"{ENGLISH_NAME} / {JAPANESE_NAME}", "name": "ls"}}
+    await store.aappend_messages("carol", "t3", [NewMessage(id="m1", data=data)])
+    assert (await store.aget_messages("carol", "t3"))[0].data == data
+    info = await store.aupdate_thread("carol", "t3", title=f"Files: {ENGLISH_NAME}")
+    assert info.title == "Files: report-\ufffd.txt"
+    await store.aput_value("carol", "ns", "k", {"name": ENGLISH_NAME})
+    assert await store.aget_value("carol", "ns", "k") == {"name": ENGLISH_NAME}
+    for query in ("report", "報告書", f"{ENGLISH_NAME}"):
+        hits = await store.asearch_messages("carol", query, limit=5)
+        assert [hit.message.id for hit in hits] == ["m1"], query
+    assert await store.areplace_message("carol", "t3", "m1", {**data, "data": {"content": f"new {ENGLISH_NAME}"}}, 3)
+    assert [hit.message.id for hit in await store.asearch_messages("carol", "new", limit=5)] == ["m1"]

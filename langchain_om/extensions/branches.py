@@ -517,6 +517,28 @@ class LineageView:
         return found
 
 
+def timeline_threads(view: Any, current: str) -> list[str]:
+    """The stored threads the current thread's history is read from (a branch's ancestors, then itself)."""
+    return [thread for thread, _, _ in view.segments] if isinstance(view, LineageView) else [current]
+
+
+def on_timeline(view: Any, current: str, row: StoredMessage) -> StoredMessage | None:
+    """A found row as the current thread sees it, the way paging reads it (``LineageView``): a row
+    of the current history is the current thread's (its ``seq`` along that history); a row of
+    another branch of the same conversation (the future a run from an earlier checkpoint left, or
+    a sibling fork) is None, as it never happened on this branch; another conversation's row is
+    itself."""
+    segments = view.segments if isinstance(view, LineageView) else [(current, -1, 0)]
+    for thread, upto, offset in segments:
+        if row.thread_id == thread:
+            if upto >= 0 and row.seq > upto:
+                return None
+            if thread == current and not offset:
+                return row
+            return row.model_copy(update={"seq": row.seq + offset, "thread_id": current})
+    return None if branch_root(row.thread_id) == branch_root(current) else row
+
+
 async def alineage_view(om: MemoryHost, resolved: str, branch: str) -> Any:
     """``om.store``, or a ``LineageView`` of it when ``branch`` is a branch thread."""
     if not is_branch(branch):

@@ -16,7 +16,15 @@ from typing import Any, cast
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .base import InvalidStoreInput, NewMessage, OMRecord, check_id, check_resource_id, check_thread_id
+from .base import (
+    InvalidStoreInput,
+    NewMessage,
+    OMRecord,
+    check_id,
+    check_resource_id,
+    check_thread_id,
+    replace_lone_surrogates,
+)
 
 MAX_LIMIT = 1000
 """Explicit limits above this are capped: a hostile or buggy caller cannot ask for the whole table."""
@@ -69,7 +77,7 @@ def check_title(title: Any) -> str | None:
         raise InvalidStoreInput("title", "must not contain NUL characters")
     if len(title) > MAX_TITLE_LEN:
         raise InvalidStoreInput("title", f"must be at most {MAX_TITLE_LEN} characters")
-    return title
+    return replace_lone_surrogates(title)  # a label in a text column: U+FFFD for what UTF-8 cannot hold
 
 
 def check_metadata(metadata: Any) -> dict[str, Any] | None:

@@ -357,8 +357,9 @@ class InMemoryStore:
         for key, rows in self._vectors.items():
             if key[0] == resource_id:
                 kept = [v for v in rows if (v[1], v[2]) != (thread_id, message_id)]
-                if len(kept) != len(rows):
-                    self._vector_deletions[resource_id] = self._vector_deletions.get(resource_id, 0) + len(rows) - len(kept)
+                dropped = len(rows) - len(kept)
+                if dropped:
+                    self._vector_deletions[resource_id] = self._vector_deletions.get(resource_id, 0) + dropped
                     rows[:] = kept
                     self._vector_keys.discard((thread_id, message_id, key[1]))
 

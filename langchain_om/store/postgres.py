@@ -293,15 +293,7 @@ class PostgresStore(PostgresRecords):
                 self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s"),
                 (thread_id, resource_id),
             )
-            if cur.rowcount > 0:
-                await cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) "
-                        "ON CONFLICT (resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + "
-                        "excluded.deleted"
-                    ),
-                    (resource_id, cur.rowcount),
-                )
+            await self._count_vector_deletions(cur, resource_id, cur.rowcount)
             await cur.execute(
                 self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
             )
@@ -469,16 +461,17 @@ class PostgresStore(PostgresRecords):
                         "AND resource_id = %s"),
                 (thread_id, message_id, resource_id),
             )
-            if cur.rowcount > 0:
-                await cur.execute(
-                    self._q(
-                        "INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) "
-                        "ON CONFLICT (resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + "
-                        "excluded.deleted"
-                    ),
-                    (resource_id, cur.rowcount),
-                )
+            await self._count_vector_deletions(cur, resource_id, cur.rowcount)
             return True
+
+    async def _count_vector_deletions(self, cur: Cursor, resource_id: str, dropped: int) -> None:
+        """Count dropped vectors, so a cached copy of the resource's vectors reloads."""
+        if dropped > 0:
+            await cur.execute(
+                self._q("INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) ON CONFLICT "
+                        "(resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + excluded.deleted"),
+                (resource_id, dropped),
+            )
 
     async def _reindex_message(
         self, cur: Cursor, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str

@@ -254,14 +254,7 @@ class SQLiteStore(SQLiteRecords):
                         (f'scope : "{scope_token("t", thread_id)}"',),
                     )
                     delete_cjk_thread(conn, scope_token("t", thread_id))
-                dropped = conn.execute("DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?",
-                                       (thread_id, resource_id)).rowcount
-                if dropped:
-                    conn.execute(
-                        "INSERT INTO vector_deletions (resource_id, deleted) VALUES (?, ?) ON CONFLICT (resource_id) "
-                        "DO UPDATE SET deleted = deleted + excluded.deleted",
-                        (resource_id, dropped),
-                    )
+                self._drop_vectors(conn, resource_id, thread_id, None)
                 conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
                 conn.execute(
                     "DELETE FROM records WHERE key = ? AND resource_id = ?",
@@ -314,14 +307,12 @@ class SQLiteStore(SQLiteRecords):
             index_cjk_message(conn, scope, thread_id, message_id, text)
 
     @staticmethod
-    def _drop_vectors(conn: sqlite3.Connection, resource_id: str, thread_id: str, message_ids: Sequence[str]) -> None:
-        """Forget the stored embeddings of messages (every space), counted as deletions so a
-        cached copy of the resource's vectors reloads."""
-        marks = ", ".join("?" * len(message_ids))
-        dropped = conn.execute(
-            f"DELETE FROM message_vectors WHERE thread_id = ? AND message_id IN ({marks}) AND resource_id = ?",
-            (thread_id, *message_ids, resource_id),
-        ).rowcount
+    def _drop_vectors(conn: sqlite3.Connection, resource_id: str, thread_id: str, ids: Sequence[str] | None) -> None:
+        """Forget stored embeddings (of messages ``ids``, or the whole thread's), counted as
+        deletions so a cached copy of the resource's vectors reloads."""
+        only = "" if ids is None else f" AND message_id IN ({', '.join('?' * len(ids))})"
+        dropped = conn.execute(f"DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?{only}",
+                               (thread_id, resource_id, *(ids or ()))).rowcount
         if dropped:
             conn.execute(
                 "INSERT INTO vector_deletions (resource_id, deleted) VALUES (?, ?) ON CONFLICT (resource_id) "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import ToolException
 
 from ...store.base import StoredMessage
+from ..branches import on_timeline, timeline_threads
 from .args import DEFAULT_LIMIT, MAX_QUERY_CHARS, MAX_SEARCH_RESULTS, RecallInput, check_text
 from .indexing import stored_index
 from .render import OutputBudget, add_truncation, message_parts, message_stamp, role_of, shorten
@@ -62,11 +63,19 @@ async def _keyword_ranking(
     """Messages by the store's full-text rank (best first) with their scores; the rows go to ``found``."""
     if not keyword_search_available(ctx.om):
         return []
-    thread = ctx.thread_id if ctx.thread_only else None
-    hits = await ctx.om.store.asearch_messages(ctx.resource_id, query, thread_id=thread, limit=k)
+    hits = []
+    for thread in _searched_threads(ctx):
+        hits.extend(await ctx.om.store.asearch_messages(ctx.resource_id, query, thread_id=thread, limit=k))
+    hits.sort(key=lambda hit: hit.score, reverse=True)  # one thread's ranking, or threads of one history
     for hit in hits:
         found[(hit.message.thread_id, hit.message.id)] = hit.message
     return [((hit.message.thread_id, hit.message.id), hit.score) for hit in hits]
+
+
+def _searched_threads(ctx: RecallContext) -> list[str | None]:
+    """Every thread of the resource (None), or in thread scope the stored threads the current
+    thread's history is read from: on a branch, its ancestors up to the fork too, as paging reads."""
+    return list(timeline_threads(ctx.store, ctx.thread_id)) if ctx.thread_only else [None]
 
 
 async def _semantic_ranking(ctx: RecallContext, query: str, k: int) -> list[tuple[HitKey, float]]:
@@ -76,8 +85,9 @@ async def _semantic_ranking(ctx: RecallContext, query: str, k: int) -> list[tupl
         return []
     index = stored_index(ctx.om)
     if index is not None:
-        thread = ctx.thread_id if ctx.thread_only else None
-        hits = await index.asearch(ctx.resource_id, query, k=k, thread_id=thread)
+        hits = [hit for thread in _searched_threads(ctx)
+                for hit in await index.asearch(ctx.resource_id, query, k=k, thread_id=thread)]
+        hits.sort(key=lambda hit: hit.score, reverse=True)
         return [((hit.thread_id, hit.message_id), hit.score) for hit in hits]
     vs = retrieval.vector_store
     if vs is None:
@@ -140,10 +150,15 @@ async def search_mode(ctx: RecallContext, args: RecallInput, budget: OutputBudge
     grouped: dict[str, list[tuple[float, StoredMessage]]] = {}
     total = 0
     for key, score in fuse_rankings([keyword_hits, semantic_hits]):
-        stored = found.get(key) or await ctx.store.aget_message(ctx.resource_id, key[1])
+        stored = found.get(key) or next(iter(await ctx.om.store.aget_messages_by_ids(ctx.resource_id, key[0],
+                                                                                     [key[1]])), None)
         if stored is None or stored.thread_id != key[0] or stored.kind != "message":
             continue  # deleted, or not this resource's: never shown
-        if ctx.thread_only and stored.thread_id != ctx.thread_id:
+        # as paging reads the current thread: its history (a branch's ancestors up to the fork
+        # included) is the current thread; another branch of it, the future a run from an earlier
+        # checkpoint left behind, never happened here
+        stored = on_timeline(ctx.store, ctx.thread_id, stored)
+        if stored is None or (ctx.thread_only and stored.thread_id != ctx.thread_id):
             continue
         grouped.setdefault(stored.thread_id, []).append((score, stored))
         total += 1
