@@ -135,6 +135,7 @@ async def test_the_clock_dates_a_step_whose_messages_carry_no_time() -> None:
 async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None:
     model = RecordingModel(fn=lambda _m: observer_reply())
     om = ObservationalMemory(InMemoryStore(), model=model, token_counter="estimator",
+                             clock=lambda: datetime(2031, 1, 1, tzinfo=timezone.utc),
                              observation={"message_tokens": 60, "buffer_tokens": False,
                                           "previous_observer_tokens": 40},
                              reflection={"observation_tokens": 100_000})
@@ -144,7 +145,7 @@ async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None
     updated.metadata["current_task"] = "Compare the two ryokans."
     updated.metadata["suggested_response"] = "Ask which onsen town they prefer."
     await om.store.acommit_record(updated, expected_version=record.version)
-    start = datetime(2026, 3, 9, 9, 0, tzinfo=timezone.utc)
+    start = datetime(2026, 3, 9, 9, 0, tzinfo=JST)
     history: list[BaseMessage] = []
     for turn in range(6):
         history += [stamped(HumanMessage(f"Turn {turn}: tell me more about onsen towns near Kanazawa please",
@@ -159,6 +160,8 @@ async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None
     assert "<current-task>\nCompare the two ryokans.\n</current-task>" in prompt
     assert "<suggested-response>\nAsk which onsen town they prefer.\n</suggested-response>" in prompt
     assert "update these; do not restart them" in prompt
+    # its "now" is the newest observed message's time on that message's own clock, never the wall clock
+    assert "Current date and time: 2026-03-09 09:" in prompt and "2031" not in prompt
     assert LEFT_OUT_MARKER in prompt and "budget is now 8,000 CAD" in prompt
     marker = next(line for line in prompt.splitlines() if line.startswith(LEFT_OUT_MARKER))
     assert "lines, about" in marker and "tokens" in marker
