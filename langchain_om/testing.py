@@ -432,15 +432,18 @@ def _terse(item: tuple[str, str, str]) -> tuple[str, str, str]:
     return item[0], item[1], " ".join(kept)
 
 
-def _essential(item: tuple[str, str, str], head: int = 8) -> tuple[str, str, str]:
-    """A 🔴 note cut to its gist: the first ``head`` words, then only the words that carry a name,
-    a number or a date (a digit or a capital letter), so none of those is ever lost."""
+def _essential(item: tuple[str, str, str], head: int = 10) -> tuple[str, str, str]:
+    """A 🔴 note cut to its gist: its first ``head`` words, then only the words that carry a number
+    or a date (a digit) or a name (a capital not at a sentence's start), so none of those is lost."""
     words = _terse(item)[2].split()
     if len(words) <= head:
         return item[0], item[1], " ".join(words)
-    rest = [w for w in words[head:] if any(c.isdigit() or c.isupper() or c == "✅" for c in w)]
+    rest = [w for i, w in enumerate(words) if i >= head and (
+        any(c.isdigit() or c == "✅" for c in w) or w == "(meaning"
+        or (w[:1].isupper() and not words[i - 1].endswith((".", "!", "?")) and w.rstrip(".,!?;:") not in _PRONOUNS))]
     return item[0], item[1], " ".join([*words[:head], "…", *rest]) if rest else " ".join(words[:head]) + " …"
 
+_PRONOUNS = frozenset({"I", "I'm", "I'll", "I've", "I'd"})
 
 def _shortened(item: tuple[str, str, str], limit: int) -> tuple[str, str, str]:
     return item[0], item[1], _short(item[2], limit)
