@@ -4,6 +4,7 @@ questions need and sees what the last cycle left, the Reflector's ladder, the co
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from om_recording import RecordingModel, observer_reply
@@ -205,3 +206,27 @@ def test_scripted_observer_dates_relative_expressions_and_marks_done_things() ->
     assert "User said: I will send the visa form tomorrow. (meaning 2026-03-03)" in reply
     assert "User said: We ran a 10k 3 days ago. (meaning 2026-02-27)" in reply
     assert "✅ User said: I booked the flights, 3,480 CAD." in reply
+
+
+async def test_the_agent_model_reads_the_date_and_ages_through_create_agent() -> None:
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
+    from langchain_om.testing import ScriptedAgentModel
+
+    om = await seeded(datetime(2031, 1, 1, tzinfo=timezone.utc))
+    model = ScriptedAgentModel()
+    agent = create_agent(model, [], system_prompt="You are a travel assistant.",
+                         middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    asked = datetime(2026, 3, 9, 21, 0, tzinfo=JST)
+    await agent.ainvoke({"messages": [stamped(HumanMessage("How many days ago did we book?", id="q"), asked)]},
+                        config)
+    system = model.calls[-1][0]
+    text = str(system.content)
+    assert sum(m.type == "system" for m in model.calls[-1]) == 1
+    assert text.startswith("You are a travel assistant.\n\n" + READING_RULES)
+    assert "Today is Monday, 2026-03-09." in text and "Date: 2026-03-02 (Monday) [7 days ago]" in text
+    assert "[date passed: probably done]" in text and "2031" not in text
+    await om.aclose()
