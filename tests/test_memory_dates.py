@@ -201,11 +201,13 @@ def test_scripted_observer_dates_relative_expressions_and_marks_done_things() ->
     transcript = Transcript(text=(
         "[2026-03-02 19:05] User: I will send the visa form tomorrow.\n"
         "[2026-03-02 19:07] User: We ran a 10k 3 days ago.\n"
-        "[2026-03-02 19:09] User: I booked the flights, 3,480 CAD."))
+        "[2026-03-02 19:09] User: I booked the flights, 3,480 CAD.\n"
+        "[2026-03-02 19:11] User: Have you booked the ryokan?"))
     reply = str(ScriptedObserverModel().invoke(build_observer_messages(transcript)).content)
     assert "User said: I will send the visa form tomorrow. (meaning 2026-03-03)" in reply
     assert "User said: We ran a 10k 3 days ago. (meaning 2026-02-27)" in reply
     assert "✅ User said: I booked the flights, 3,480 CAD." in reply
+    assert "✅ User said: Have you booked" not in reply and "User said: Have you booked the ryokan?" in reply
 
 
 async def test_the_agent_model_reads_the_date_and_ages_through_create_agent() -> None:
