@@ -25,6 +25,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
 from .model_calls.language import conversation_language
+from .model_calls.note_wording import joined_notes, note_gist, terse_note
 from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
 from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
 from .model_calls.relative_dates import with_absolute_date
@@ -402,11 +403,11 @@ def condense_log(log: str, level: int = 0) -> str:
         if level == 0:
             kept = [i for i in items if i[0] == "🔴" or (yellows and i is yellows[-1])]
         elif level == 1:
-            kept = [_terse(i) for i in reds] + ([_shortened(yellows[-1], 120)]
+            kept = [terse_note(i) for i in reds] + ([_shortened(yellows[-1], 120)]
                                                 if yellows and day_index == last_day else [])
         else:
-            squeeze = _terse if level == 2 else _essential
-            kept = [_joined([squeeze(i) for i in reds])] if len(reds) > 1 else [squeeze(i) for i in reds]
+            squeeze = terse_note if level == 2 else note_gist
+            kept = [joined_notes([squeeze(i) for i in reds])] if len(reds) > 1 else [squeeze(i) for i in reds]
             if level == 2 and yellows and day_index == last_day:
                 kept.append(_shortened(yellows[-1], 80))
         if kept:
@@ -419,38 +420,8 @@ def condense_log(log: str, level: int = 0) -> str:
     return text
 
 
-_FILLER = frozenset(
-    "a an the and or but so that this these those to of on in at by with about just really very "
-    "also some any it it's is are was were be been am please said: said".split())
-
-
-def _terse(item: tuple[str, str, str]) -> tuple[str, str, str]:
-    """A 🔴 note in fewer words: filler words go, every word with a digit, a capital or a mark stays
-    (names, numbers, dates, ✅), and so does all text without spaces (Japanese)."""
-    words = item[2].split()
-    kept = [w for i, w in enumerate(words) if i == 0 or w.lower() not in _FILLER or any(c.isdigit() for c in w)]
-    return item[0], item[1], " ".join(kept)
-
-
-def _essential(item: tuple[str, str, str], head: int = 8) -> tuple[str, str, str]:
-    """A 🔴 note cut to its gist: the first ``head`` words, then only the words that carry a name,
-    a number or a date (a digit or a capital letter), so none of those is ever lost."""
-    words = _terse(item)[2].split()
-    if len(words) <= head:
-        return item[0], item[1], " ".join(words)
-    rest = [w for w in words[head:] if any(c.isdigit() or c.isupper() or c == "✅" for c in w)]
-    return item[0], item[1], " ".join([*words[:head], "…", *rest]) if rest else " ".join(words[:head]) + " …"
-
-
 def _shortened(item: tuple[str, str, str], limit: int) -> tuple[str, str, str]:
     return item[0], item[1], _short(item[2], limit)
-
-
-def _joined(reds: list[tuple[str, str, str]]) -> tuple[str, str, str]:
-    """A day's 🔴 lines as one line, each kept whole (with its time), so nothing of them is lost."""
-    first = reds[0]
-    rest = "; ".join(f"({time_}) {text}" if time_ else text for _, time_, text in reds[1:])
-    return "🔴", first[1], f"{first[2]}; {rest}"
 
 
 # --------------------------------------------------------------------------- agent
@@ -593,7 +564,7 @@ def _observe_entries(entries: Sequence[_Entry], words: Mapping[str, str] = _ENGL
             flush()
             plain = re.sub(r"\[(?:Image|File) #\d+[^\]]*\]", "", entry.text[:2000])  # the note keeps 160
             mark = "🔴" if _IMPORTANT_WORDS.search(plain) or _has_cjk_detail(plain) else "🟡"
-            done = "✅ " if _DONE.search(plain) else ""
+            done = "✅ " if _DONE.search(plain) and not plain.rstrip().endswith(("?", "？")) else ""
             note = with_absolute_date(_short(entry.text, 160), entry.day)
             days.setdefault(entry.day, []).append(f"* {mark} ({entry.time}) {done}{words['user']}{note}")
         elif entry.speaker in ("assistant", "tool_call"):

@@ -4,6 +4,7 @@ questions need and sees what the last cycle left, the Reflector's ladder, the co
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from om_recording import RecordingModel, observer_reply
@@ -135,6 +136,7 @@ async def test_the_clock_dates_a_step_whose_messages_carry_no_time() -> None:
 async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None:
     model = RecordingModel(fn=lambda _m: observer_reply())
     om = ObservationalMemory(InMemoryStore(), model=model, token_counter="estimator",
+                             clock=lambda: datetime(2031, 1, 1, tzinfo=timezone.utc),
                              observation={"message_tokens": 60, "buffer_tokens": False,
                                           "previous_observer_tokens": 40},
                              reflection={"observation_tokens": 100_000})
@@ -144,7 +146,7 @@ async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None
     updated.metadata["current_task"] = "Compare the two ryokans."
     updated.metadata["suggested_response"] = "Ask which onsen town they prefer."
     await om.store.acommit_record(updated, expected_version=record.version)
-    start = datetime(2026, 3, 9, 9, 0, tzinfo=timezone.utc)
+    start = datetime(2026, 3, 9, 9, 0, tzinfo=JST)
     history: list[BaseMessage] = []
     for turn in range(6):
         history += [stamped(HumanMessage(f"Turn {turn}: tell me more about onsen towns near Kanazawa please",
@@ -159,6 +161,8 @@ async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None
     assert "<current-task>\nCompare the two ryokans.\n</current-task>" in prompt
     assert "<suggested-response>\nAsk which onsen town they prefer.\n</suggested-response>" in prompt
     assert "update these; do not restart them" in prompt
+    # its "now" is the newest observed message's time on that message's own clock, never the wall clock
+    assert "Current date and time: 2026-03-09 09:" in prompt and "2031" not in prompt
     assert LEFT_OUT_MARKER in prompt and "budget is now 8,000 CAD" in prompt
     marker = next(line for line in prompt.splitlines() if line.startswith(LEFT_OUT_MARKER))
     assert "lines, about" in marker and "tokens" in marker
@@ -197,8 +201,34 @@ def test_scripted_observer_dates_relative_expressions_and_marks_done_things() ->
     transcript = Transcript(text=(
         "[2026-03-02 19:05] User: I will send the visa form tomorrow.\n"
         "[2026-03-02 19:07] User: We ran a 10k 3 days ago.\n"
-        "[2026-03-02 19:09] User: I booked the flights, 3,480 CAD."))
+        "[2026-03-02 19:09] User: I booked the flights, 3,480 CAD.\n"
+        "[2026-03-02 19:11] User: Have you booked the ryokan?"))
     reply = str(ScriptedObserverModel().invoke(build_observer_messages(transcript)).content)
     assert "User said: I will send the visa form tomorrow. (meaning 2026-03-03)" in reply
     assert "User said: We ran a 10k 3 days ago. (meaning 2026-02-27)" in reply
     assert "✅ User said: I booked the flights, 3,480 CAD." in reply
+    assert "✅ User said: Have you booked" not in reply and "User said: Have you booked the ryokan?" in reply
+
+
+async def test_the_agent_model_reads_the_date_and_ages_through_create_agent() -> None:
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
+    from langchain_om.testing import ScriptedAgentModel
+
+    om = await seeded(datetime(2031, 1, 1, tzinfo=timezone.utc))
+    model = ScriptedAgentModel()
+    agent = create_agent(model, [], system_prompt="You are a travel assistant.",
+                         middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t"}}
+    asked = datetime(2026, 3, 9, 21, 0, tzinfo=JST)
+    await agent.ainvoke({"messages": [stamped(HumanMessage("How many days ago did we book?", id="q"), asked)]},
+                        config)
+    system = model.calls[-1][0]
+    text = str(system.content)
+    assert sum(m.type == "system" for m in model.calls[-1]) == 1
+    assert text.startswith("You are a travel assistant.\n\n" + READING_RULES)
+    assert "Today is Monday, 2026-03-09." in text and "Date: 2026-03-02 (Monday) [7 days ago]" in text
+    assert "[date passed: probably done]" in text and "2031" not in text
+    await om.aclose()

@@ -34,6 +34,7 @@ from ..foundation.events import (
     iso_now,
 )
 from ..foundation.hooks import HookContext, Trigger
+from ..foundation.messages import message_timestamp
 from ..model_calls import failure_policy
 from ..model_calls import observer as observer_mod
 from ..model_calls import reflector as reflector_mod
@@ -167,11 +168,19 @@ def previous_observations(core: EngineCore, record: OMRecord) -> str:
     )
 
 
-def _newest_moment(batch: Mapping[str, Sequence[StoredMessage]], clock: datetime) -> datetime:
-    """The Observer's "now": the newest observed message's time (its own timestamp, or the clock
-    when it was stored without one), else the step's clock."""
-    stamps = [rows[-1].created_at for rows in batch.values() if rows]
-    return max(stamps) if stamps else clock
+def _newest_moment(core: EngineCore, resource_id: str, batch: Mapping[str, Sequence[StoredMessage]],
+                   clock: datetime) -> datetime:
+    """The Observer's "now": the newest observed message's time on its own clock (as the transcript
+    shows it), or when it was stored if it carries none; the step's clock for an empty batch."""
+    rows = [rows[-1] for rows in batch.values() if rows]
+    if not rows:
+        return clock
+    newest = max(rows, key=lambda row: row.created_at)
+    try:
+        own = message_timestamp(core.message_of(resource_id, newest))
+    except ValueError:
+        own = None
+    return own if own is not None and abs((own - newest.created_at).total_seconds()) <= 1 else newest.created_at
 
 
 async def _call_observer(
@@ -199,7 +208,7 @@ async def _call_observer(
         current_title = thread.title if thread is not None else None
     prompt = observer_mod.build_observer_messages(
         transcript_all, previous_observations=previous_observations(core, record),
-        instruction=cfg.observation.instruction, now=_newest_moment(batch, step.now),
+        instruction=cfg.observation.instruction, now=_newest_moment(core, step.resource_id, batch, step.now),
         want_thread_title=cfg.observation.thread_title,
         inline_extractors=inline, current_title=current_title,
         previous_task=record.current_task, previous_suggestion=record.suggested_response,

@@ -44,7 +44,7 @@ def resolve_relative_date(text: str, said_on: date) -> date | None:
                 return said_on - timedelta(days=(said_on.weekday() - index) % 7 or 7)
             if english and english.group(1) == "next" and ahead == 0:
                 ahead = 7
-            return said_on + timedelta(days=ahead or 7)
+            return said_on + timedelta(days=ahead) if ahead else None  # "it's Thursday" on a Thursday: today
     return None
 
 
