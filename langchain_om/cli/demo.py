@@ -287,7 +287,11 @@ def _describe(event: OMEvent) -> tuple[str, str] | None:
                                "observation tokens (blocking)"
     if event.type == "data-om-activation":
         if kind == "reflection":
-            return "reflections", f"activated a buffered reflection: log now {data.observation_tokens} tokens"
+            # the reflection covered the log as it was when buffering began; notes activated since
+            # stay beside it, so say both numbers or the log seems not to have shrunk
+            return "reflections", (f"activated a buffered reflection: the older notes condensed to "
+                                   f"{data.tokens_activated} tokens; log now {data.observation_tokens} tokens "
+                                   "with the notes added since")
         return "activations", f"activated {data.chunks_activated} buffered chunk(s), " \
                               f"{data.tokens_activated} message tokens out of the window"
     if event.type == "data-om-buffering-end":
