@@ -13,6 +13,7 @@ SECTIONS = (
     "scale",
     "branches",
     "wirings",
+    "import_time",
 )
 
 __all__ = ["SECTIONS"]
