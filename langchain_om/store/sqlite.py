@@ -53,6 +53,7 @@ from .base import (
     record_key,
     utcnow,
 )
+from .known import MessageField, json_path
 from .search import (
     RANK_CANDIDATES,
     check_space,
@@ -446,6 +447,28 @@ class SQLiteStore(SQLiteRecords):
                 rows.extend(_message(row) for row in conn.execute(
                     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND id IN ({marks}) "
                     "AND +resource_id = ?", [thread_id, *chunk, resource_id]))
+            return rows
+
+        return await self._run(run) if wanted else []
+
+    async def aget_message_fields(
+        self, resource_id: str, thread_id: str, message_ids: Sequence[str], path: Sequence[str]
+    ) -> list[MessageField]:
+        """``SupportsFieldLookup``: SQLite extracts the field; no row is parsed in Python."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = u.check_message_ids(message_ids)
+        where = json_path(path)
+
+        def run(conn: sqlite3.Connection) -> list[MessageField]:
+            rows: list[MessageField] = []
+            for start in range(0, len(wanted), _ID_CHUNK):
+                chunk = wanted[start:start + _ID_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                # tuples straight from the cursor (C); only a JSON string counts as a value
+                rows.extend(map(MessageField._make, conn.execute(
+                    f"SELECT id, seq, kind, CASE json_type(data, ?) WHEN 'text' THEN json_extract(data, ?) END "
+                    f"FROM messages WHERE thread_id = ? AND id IN ({marks}) AND +resource_id = ?",
+                    [where, where, thread_id, *chunk, resource_id])))
             return rows
 
         return await self._run(run) if wanted else []
