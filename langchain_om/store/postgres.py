@@ -44,9 +44,9 @@ from .base import (
     utcnow,
 )
 from .cjk import tsquery_cjk
-from .known import MessageField
 from .postgres_cjk import CJK_TABLE, INSERT_CJK, cjk_entries
 from .postgres_connection import DSN_ENV as DSN_ENV
+from .postgres_known import PostgresFieldLookup
 from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .postgres_records import OBSERVED_THROUGH_SQL as OBSERVED_THROUGH_SQL
 from .postgres_records import PostgresRecords
@@ -123,7 +123,7 @@ def _search_entries(
     text = search_text(data, kind)
     return [(resource_id, thread_id, message_id, text)] if text else []
 
-class PostgresStore(PostgresRecords):
+class PostgresStore(PostgresFieldLookup, PostgresRecords):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
 
     @classmethod
@@ -447,22 +447,6 @@ class PostgresStore(PostgresRecords):
         async with self._tx() as cur:
             await cur.execute(self._q(MESSAGES_BY_IDS_SQL), (thread_id, wanted))
             return [_message(row) for row in await cur.fetchall() if row["resource_id"] == resource_id]
-
-    async def aget_message_fields(
-        self, resource_id: str, thread_id: str, message_ids: Sequence[str], path: Sequence[str]
-    ) -> list[MessageField]:
-        """``SupportsFieldLookup``: PostgreSQL extracts the field; no row is parsed in Python."""
-        resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        wanted = u.check_message_ids(message_ids)
-        keys = [str(key) for key in path]
-        if not wanted:
-            return []
-        async with self._tx() as cur:
-            await cur.execute(self._q("SELECT id, seq, kind, CASE WHEN jsonb_typeof(data #> %s) = 'string' "
-                                      "THEN data #>> %s END AS value FROM {s}.messages "
-                                      "WHERE thread_id = %s AND id = ANY(%s) AND resource_id = %s"),
-                              (keys, keys, thread_id, wanted, resource_id))
-            return [MessageField(row["id"], row["seq"], row["kind"], row["value"]) for row in await cur.fetchall()]
 
     async def areplace_message(
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int

@@ -53,7 +53,6 @@ from .base import (
     record_key,
     utcnow,
 )
-from .known import MessageField, json_path
 from .search import (
     RANK_CANDIDATES,
     check_space,
@@ -67,6 +66,7 @@ from .search import (
 )
 from .sqlite_cjk import CJK_TABLE, delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
 from .sqlite_connection import immediate
+from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .sqlite_records import SQLiteRecords
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
@@ -103,7 +103,7 @@ def _message(row: sqlite3.Row) -> StoredMessage:
     )
 
 
-class SQLiteStore(SQLiteRecords):
+class SQLiteStore(SQLiteFieldLookup, SQLiteRecords):
     """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
 
     def __repr__(self) -> str:
@@ -447,28 +447,6 @@ class SQLiteStore(SQLiteRecords):
                 rows.extend(_message(row) for row in conn.execute(
                     f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND id IN ({marks}) "
                     "AND +resource_id = ?", [thread_id, *chunk, resource_id]))
-            return rows
-
-        return await self._run(run) if wanted else []
-
-    async def aget_message_fields(
-        self, resource_id: str, thread_id: str, message_ids: Sequence[str], path: Sequence[str]
-    ) -> list[MessageField]:
-        """``SupportsFieldLookup``: SQLite extracts the field; no row is parsed in Python."""
-        resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        wanted = u.check_message_ids(message_ids)
-        where = json_path(path)
-
-        def run(conn: sqlite3.Connection) -> list[MessageField]:
-            rows: list[MessageField] = []
-            for start in range(0, len(wanted), _ID_CHUNK):
-                chunk = wanted[start:start + _ID_CHUNK]
-                marks = ", ".join("?" * len(chunk))
-                # tuples straight from the cursor (C); only a JSON string counts as a value
-                rows.extend(map(MessageField._make, conn.execute(
-                    f"SELECT id, seq, kind, CASE json_type(data, ?) WHEN 'text' THEN json_extract(data, ?) END "
-                    f"FROM messages WHERE thread_id = ? AND id IN ({marks}) AND +resource_id = ?",
-                    [where, where, thread_id, *chunk, resource_id])))
             return rows
 
         return await self._run(run) if wanted else []
