@@ -14,6 +14,7 @@ SECTIONS = (
     "branches",
     "wirings",
     "reflector_spend",
+    "import_time",
 )
 
 __all__ = ["SECTIONS"]

@@ -19,6 +19,7 @@ from . import (
     agent_step,
     branches,
     buffering,
+    import_time,
     prompt_cache,
     prompt_tokens,
     reflector_spend,
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
                "search_languages": search_languages, "scale": scale, "branches": branches, "wirings": wirings,
-               "reflector_spend": reflector_spend}
+               "reflector_spend": reflector_spend, "import_time": import_time}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

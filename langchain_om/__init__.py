@@ -9,25 +9,81 @@ Everything in ``__all__`` is public API (see DESIGN.md); other modules are inter
 
 from __future__ import annotations
 
-from . import events
-from .engine import ObservationalMemory, OMAborted, OMContext
-from .extensions.branches import ForeignResourceError
-from .extensions.extractors import Extractor
-from .extensions.recall import RecallInput, RecallTool
-from .extensions.working_memory import WorkingMemoryExtractor
-from .foundation.config import FailurePolicyConfig, ObservationConfig, OMConfigError, ReflectionConfig, RetrievalConfig
-from .foundation.context import OM_CONTEXT_MESSAGE_ID
-from .foundation.hooks import HookContext, ObserveHooks
-from .foundation.run_ids import ConflictingResourceError
-from .integrations.callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
-from .integrations.graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
-from .integrations.history import ObservationalChatMessageHistory, one_system_message
-from .integrations.middleware import ObservationalMemoryMiddleware
-from .model_calls.failures import OMObservationError
-from .model_calls.models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
-from .store import InMemoryStore, OMRecord, OMStore, PostgresStore, SQLiteStore
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import events
+    from .engine import ObservationalMemory, OMAborted, OMContext
+    from .extensions.branches import ForeignResourceError
+    from .extensions.extractors import Extractor
+    from .extensions.recall import RecallInput, RecallTool
+    from .extensions.working_memory import WorkingMemoryExtractor
+    from .foundation.config import (
+        FailurePolicyConfig,
+        ObservationConfig,
+        OMConfigError,
+        ReflectionConfig,
+        RetrievalConfig,
+    )
+    from .foundation.context import OM_CONTEXT_MESSAGE_ID
+    from .foundation.hooks import HookContext, ObserveHooks
+    from .foundation.run_ids import ConflictingResourceError
+    from .integrations.callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
+    from .integrations.graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
+    from .integrations.history import ObservationalChatMessageHistory, one_system_message
+    from .integrations.middleware import ObservationalMemoryMiddleware
+    from .model_calls.failures import OMObservationError
+    from .model_calls.models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
+    from .store import InMemoryStore, OMRecord, OMStore, PostgresStore, SQLiteStore
 
 __version__ = "0.1.0"
+
+# Every public name is imported on first use (PEP 562): ``import langchain_om`` stays about as
+# cheap as ``import langgraph.graph``, psycopg loads only with ``PostgresStore`` and
+# ``langchain.agents`` only with the middleware. ``from langchain_om import X`` works as before.
+_EXPORTS: dict[str, str] = {
+    "events": ".events",
+    "ObservationalMemory": ".engine",
+    "OMAborted": ".engine",
+    "OMContext": ".engine",
+    "ForeignResourceError": ".extensions.branches",
+    "Extractor": ".extensions.extractors",
+    "RecallInput": ".extensions.recall",
+    "RecallTool": ".extensions.recall",
+    "WorkingMemoryExtractor": ".extensions.working_memory",
+    "FailurePolicyConfig": ".foundation.config",
+    "ObservationConfig": ".foundation.config",
+    "OMConfigError": ".foundation.config",
+    "ReflectionConfig": ".foundation.config",
+    "RetrievalConfig": ".foundation.config",
+    "OM_CONTEXT_MESSAGE_ID": ".foundation.context",
+    "HookContext": ".foundation.hooks",
+    "ObserveHooks": ".foundation.hooks",
+    "ConflictingResourceError": ".foundation.run_ids",
+    "OMConsoleHandler": ".integrations.callbacks",
+    "OMEventHandler": ".integrations.callbacks",
+    "SyncOMEventHandler": ".integrations.callbacks",
+    "add_observational_memory": ".integrations.graph",
+    "om_pre_model_hook": ".integrations.graph",
+    "om_tools": ".integrations.graph",
+    "om_turn_end_node": ".integrations.graph",
+    "ObservationalChatMessageHistory": ".integrations.history",
+    "one_system_message": ".integrations.history",
+    "ObservationalMemoryMiddleware": ".integrations.middleware",
+    "OMObservationError": ".model_calls.failures",
+    "ModelByInputTokens": ".model_calls.models",
+    "ModelSelectionError": ".model_calls.models",
+    "ModelWithRetries": ".model_calls.models",
+    "OMModelError": ".model_calls.models",
+    "InMemoryStore": ".store",
+    "OMRecord": ".store",
+    "OMStore": ".store",
+    "PostgresStore": ".store",
+    "SQLiteStore": ".store",
+}
+
 
 __all__ = [
     "OM_CONTEXT_MESSAGE_ID",
@@ -70,3 +126,20 @@ __all__ = [
     "om_turn_end_node",
     "one_system_message",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        # a subpackage (``langchain_om.store``), as the eager root used to make reachable
+        if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module = f".{name}"
+    imported = importlib.import_module(module, __name__)
+    value = imported if module == f".{name}" else getattr(imported, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

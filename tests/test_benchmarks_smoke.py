@@ -18,6 +18,7 @@ from benchmarks import (
     agent_step,
     branches,
     buffering,
+    import_time,
     prompt_cache,
     prompt_tokens,
     search,
@@ -190,6 +191,13 @@ def test_wirings_quick_times_every_wiring_at_each_size() -> None:
         assert case["stored_after"] >= case["history"] + 3
     assert len(payload["target"]["verdicts"]) == len(wirings.WIRINGS)
     assert "agent: p50 at 120 / p50 at 40 (flat = 1)" in payload["ratios"]
+
+
+def test_import_time_quick_compares_with_langgraph() -> None:
+    payload = import_time.run(_ns(import_time, import_runs=1))
+    assert set(payload["medians"]) == set(import_time.STATEMENTS)
+    assert all(m["cpu_ms"] > 0 for m in payload["medians"].values())
+    assert payload["target"]["ratio"] is not None
 
 
 def test_search_quick_sqlite_only() -> None:

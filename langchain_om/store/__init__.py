@@ -6,7 +6,9 @@ file, so the package works with zero configuration. PostgreSQL is for several wo
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 from .base import (
     IMPLICIT_RESOURCE_PREFIX,
@@ -35,9 +37,11 @@ from .base import (
     record_key,
 )
 from .memory import InMemoryStore
-from .postgres import PostgresStore
 from .search import decode_vector, encode_vector
 from .sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
 
 DB_ENV = "LANGCHAIN_OM_DB"
 DEFAULT_DB_PATH = "./langchain_om.db"
@@ -82,3 +86,12 @@ __all__ = [
     "implicit_resource",
     "record_key",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``PostgresStore`` is imported on first use: psycopg loads only for a PostgreSQL store."""
+    if name == "PostgresStore":
+        value = importlib.import_module(".postgres", __name__).PostgresStore
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

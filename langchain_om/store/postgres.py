@@ -46,6 +46,7 @@ from .base import (
 from .cjk import tsquery_cjk
 from .postgres_cjk import CJK_TABLE, INSERT_CJK, cjk_entries
 from .postgres_connection import DSN_ENV as DSN_ENV
+from .postgres_known import PostgresFieldLookup
 from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .postgres_records import OBSERVED_THROUGH_SQL as OBSERVED_THROUGH_SQL
 from .postgres_records import PostgresRecords
@@ -122,7 +123,7 @@ def _search_entries(
     text = search_text(data, kind)
     return [(resource_id, thread_id, message_id, text)] if text else []
 
-class PostgresStore(PostgresRecords):
+class PostgresStore(PostgresFieldLookup, PostgresRecords):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
 
     @classmethod

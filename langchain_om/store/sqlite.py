@@ -66,6 +66,7 @@ from .search import (
 )
 from .sqlite_cjk import CJK_TABLE, delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
 from .sqlite_connection import immediate
+from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .sqlite_records import SQLiteRecords
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
@@ -102,7 +103,7 @@ def _message(row: sqlite3.Row) -> StoredMessage:
     )
 
 
-class SQLiteStore(SQLiteRecords):
+class SQLiteStore(SQLiteFieldLookup, SQLiteRecords):
     """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
 
     def __repr__(self) -> str:

@@ -1,0 +1,36 @@
+"""SQLite's ``SupportsFieldLookup`` (see ``known.py``): the field is extracted in SQL."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from . import _util as u
+from .known import MessageField, json_path
+from .sqlite_connection import SQLiteConnection
+
+_ID_CHUNK = 500  # ids per IN (...) list: well under SQLite's 32,766 bound variables
+
+
+class SQLiteFieldLookup(SQLiteConnection):
+    async def aget_message_fields(
+        self, resource_id: str, thread_id: str, message_ids: Sequence[str], path: Sequence[str]
+    ) -> list[MessageField]:
+        """``SupportsFieldLookup``: SQLite extracts the field; no row is parsed in Python."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = u.check_message_ids(message_ids)
+        where = json_path(path)
+
+        def run(conn: sqlite3.Connection) -> list[MessageField]:
+            rows: list[MessageField] = []
+            for start in range(0, len(wanted), _ID_CHUNK):
+                chunk = wanted[start:start + _ID_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                # tuples straight from the cursor (C); only a JSON string counts as a value
+                rows.extend(map(MessageField._make, conn.execute(
+                    f"SELECT id, seq, kind, CASE json_type(data, ?) WHEN 'text' THEN json_extract(data, ?) END "
+                    f"FROM messages WHERE thread_id = ? AND id IN ({marks}) AND +resource_id = ?",
+                    [where, where, thread_id, *chunk, resource_id])))
+            return rows
+
+        return await self._run(run) if wanted else []
