@@ -490,7 +490,10 @@ class ScriptedAgentModel(_ScriptedBase):
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
         for message in messages:
             if isinstance(message, HumanMessage):
-                self.turns_seen.setdefault(message.id or _text(message), None)
+                text = "text:" + _text(message)
+                if message.id:  # seen before without an id (a prompt template's new turn): the same turn
+                    self.turns_seen.pop(text, None)
+                self.turns_seen.setdefault(message.id or text, None)
         if index in self.tool_calls_on:
             name, args = self.tool_calls_on[index]
             return AIMessage(content="", tool_calls=[{"name": name, "args": dict(args), "id": f"call_{index}",
