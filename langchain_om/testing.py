@@ -487,11 +487,10 @@ class ScriptedAgentModel(_ScriptedBase):
             await asyncio.sleep(0)
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
-        for message in messages:
-            if isinstance(message, HumanMessage):
-                if message.id:  # a prompt template's id-less copy of this turn, now stored under its id
-                    self.turns_seen.pop("text:" + _text(message), None)
-                self.turns_seen.setdefault(message.id or "text:" + _text(message), None)
+        for message in (m for m in messages if isinstance(m, HumanMessage)):
+            if message.id:  # a prompt template's id-less copy of this turn, now stored under its id
+                self.turns_seen.pop("text:" + _text(message), None)
+            self.turns_seen.setdefault(message.id or "text:" + _text(message), None)
         if index in self.tool_calls_on:
             name, args = self.tool_calls_on[index]
             return AIMessage(content="", tool_calls=[{"name": name, "args": dict(args), "id": f"call_{index}",
