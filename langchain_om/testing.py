@@ -441,8 +441,7 @@ class ScriptedAgentModel(_ScriptedBase):
     """Stream a text reply word by word (as a provider streams tokens), so ``stream_mode="messages"``
     and UI adapters see several chunks; off by default, when the reply arrives whole."""
     turns_seen: dict[str, None] = Field(default_factory=dict)
-    """The distinct user messages this model has been shown (by id, else text), in order. The turn it
-    reports counts these, so it keeps counting after OM takes observed messages out of its input."""
+    """User messages shown so far (by id, else text): turns keep counting once OM drops observed ones."""
 
     def _chunks(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> list[ChatGenerationChunk]:
         result = self._finish(messages, self._reply(messages, self._record(messages, kwargs)))
@@ -488,9 +487,10 @@ class ScriptedAgentModel(_ScriptedBase):
             await asyncio.sleep(0)
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
-        for message in messages:
-            if isinstance(message, HumanMessage):
-                self.turns_seen.setdefault(message.id or _text(message), None)
+        for message in (m for m in messages if isinstance(m, HumanMessage)):
+            if message.id:  # a prompt template's id-less copy of this turn, now stored under its id
+                self.turns_seen.pop("text:" + _text(message), None)
+            self.turns_seen.setdefault(message.id or "text:" + _text(message), None)
         if index in self.tool_calls_on:
             name, args = self.tool_calls_on[index]
             return AIMessage(content="", tool_calls=[{"name": name, "args": dict(args), "id": f"call_{index}",

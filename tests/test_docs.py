@@ -72,7 +72,10 @@ def test_the_readme_is_an_overview_linking_every_page() -> None:
     assert len(readme.splitlines()) <= 450
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     pages = re.findall(r"^\s+- [^:]+: (\S+\.md)$", nav, re.MULTILINE)
-    assert pages and all((ROOT / "docs" / page).is_file() for page in pages), pages
+    missing = {page for page in pages if not (ROOT / "docs" / page).is_file()}
+    assert not missing, f"the nav names pages that do not exist: {sorted(missing)}"
+    unlisted = {path.name for path in (ROOT / "docs").glob("*.md")} - set(pages)
+    assert not unlisted, f"pages missing from mkdocs.yml's nav: {sorted(unlisted)}"
     for page in pages:
         if page != "index.md":
             assert f"(docs/{page}" in readme, f"README does not link docs/{page}"

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Observational Memory for LangGraph/LangChain: demo, inspection and evaluation.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,inspect,eval}")  # none given: main prints the help
+    sub = parser.add_subparsers(dest="command")  # no command given: main prints the help
 
     demo = sub.add_parser(
         "demo", help="replay a bundled multi-day conversation through OM and watch both windows",

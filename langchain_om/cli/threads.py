@@ -21,7 +21,7 @@ def add_threads_parser(sub: Any, identifier: Any, positive_int: Any, default_db_
                              description="List threads with their title, message count and last activity, "
                                          "most recent first. Without --resource: the threads used without a "
                                          "resource (the usual case under langgraph dev).")
-    threads.add_argument("--db", default=None, help=default_db_help)
+    threads.add_argument("--db", type=identifier("--db"), default=None, help=default_db_help)
     threads.add_argument("--resource", type=identifier("--resource"), default=None,
                          help="list this resource's threads (the user id the app passed as resource_id/user_id)")
     threads.add_argument("--limit", type=positive_int, default=50, help="at most this many threads (default 50)")

@@ -296,9 +296,9 @@ class FailurePolicyConfig(_Strict):
     max_retries: int = Field(default=2, ge=0, le=10)
     """Retries of a transient error (429, 408, 409, 5xx, timeouts) per model; permanent errors are never retried."""
     backoff: Any = 500.0
-    """Backoff base (doubles per retry; each wait is uniform in `[0, that]`)."""
+    """Backoff base in ms or a duration (`"500ms"`); doubles per retry, each wait uniform in `[0, that]`."""
     max_backoff: Any = 8000.0
-    """Backoff cap."""
+    """Backoff cap, in ms or a duration (`"8s"`)."""
     turn_budget: Any = 60_000.0
     """Wall-clock budget for OM's model calls in one step (ms, `"30s"`, `False` unbounded). Background buffering is not
     bound by it."""
@@ -306,8 +306,8 @@ class FailurePolicyConfig(_Strict):
     """While the Observer fails, the context keeps only the newest unobserved messages that fit these tokens (nothing
     is deleted); with `"raise"`, passing it raises. `None`: twice `observation.block_after`'s tokens."""
     lease_ttl: Any = 10_000.0
-    """How long a worker's lease on a record outlives the worker if it dies holding it (a live holder renews it every
-    third of this)."""
+    """How long (ms or a duration) a worker's lease on a record outlives the worker if it dies holding it (a live
+    holder renews it every third of this)."""
 
     @field_validator("backoff", "max_backoff", "lease_ttl", mode="before")
     @classmethod
