@@ -15,6 +15,7 @@ from om_fakes import OBSERVATION, CallableFake, conversation, is_reflector_promp
 from langchain_om.engine import ObservationalMemory
 from langchain_om.engine.planner import buffer_boundaries
 from langchain_om.foundation.events import OMEvent
+from langchain_om.model_calls.reflector import MAX_COMPRESSION_LEVEL
 from langchain_om.store.memory import InMemoryStore
 
 TITLED = OBSERVATION + "\n<thread-title>Cat food for Miso</thread-title>"
@@ -62,7 +63,7 @@ def _reflector_that_keeps_90_percent(messages: list[BaseMessage]) -> str:
 
 
 async def test_a_reflector_that_cannot_reach_the_target_is_not_called_again_every_turn() -> None:
-    """Three calls (the ladder) in the cycle that crosses the threshold, the best effort is kept,
+    """One call per level of the ladder (four) in the cycle that crosses the threshold, the best effort is kept,
     and the turns after it (no new observations) call the Reflector no more."""
     calls: list[str] = []
 
@@ -82,7 +83,7 @@ async def test_a_reflector_that_cannot_reach_the_target_is_not_called_again_ever
     await om.aprocess("t1", histories[2])
     record = await om.aget_record("t1")
     assert calls.count("observer") == 1
-    assert calls.count("reflector") == 3, calls
+    assert calls.count("reflector") == MAX_COMPRESSION_LEVEL + 1 == 4, calls
     assert record.generation_count == 1  # the best effort was committed once
     generation, reflector_calls = record.generation_count, calls.count("reflector")
     for _ in range(4):  # steps with no new observation
