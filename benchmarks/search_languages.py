@@ -175,11 +175,12 @@ def trigram_alternative(rows: list[NewMessage], queries: list[str], count: int, 
                 conn.execute("SELECT rowid FROM tri WHERE tri MATCH ? ORDER BY rank LIMIT 20",
                              ('"' + word + '"',)).fetchall()
             else:
-                conn.execute("SELECT rowid FROM tri WHERE body LIKE ? ORDER BY rowid DESC LIMIT 20",
+                # (body || '') so SQLite scans: FTS5's own LIKE returns no row for a pattern under 3 characters
+                conn.execute("SELECT rowid FROM tri WHERE (body || '') LIKE ? ORDER BY rowid DESC LIMIT 20",
                              (f"%{word}%",)).fetchall()
         (long_ms if len(word) >= 3 else short_ms).append(timer.ms)
     with Timer() as miss:  # a two-character word said nowhere: the scan reads every row
-        conn.execute("SELECT rowid FROM tri WHERE body LIKE ? LIMIT 20", ("%火山%",)).fetchall()
+        conn.execute("SELECT rowid FROM tri WHERE (body || '') LIKE ? LIMIT 20", ("%火山%",)).fetchall()
     conn.close()
     return {"index_mb": round(size / 1e6, 1), "match_ms": summary(long_ms) if long_ms else {},
             "like_scan_ms": summary(short_ms) if short_ms else {}, "like_scan_miss_ms": miss.ms}

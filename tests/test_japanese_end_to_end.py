@@ -137,3 +137,21 @@ def test_temporal_markers_and_status_keep_japanese(tmp_path: Path) -> None:
     assert "Date: 2026-04-0" in system and any(word in system for word in ("還暦", "京都", "旅館"))
     assert "\\u" not in system
     om.close()
+
+
+async def test_thresholds_count_japanese_with_exact_o200k() -> None:
+    """The default counter is o200k itself (shipped offline): the message window of a Japanese
+    conversation holds exactly the o200k count of its messages, not an estimate."""
+    from langchain_om.foundation.tokens import TiktokenCounter, estimate_tokens
+    from langchain_om.store.memory import InMemoryStore
+
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(),
+                             observation={"message_tokens": 100_000, "buffer_tokens": False})
+    messages = load_conversation(bundled_conversation_path("ja"), id_prefix="count")[:12]
+    context = await om.aprocess("count", messages, now=message_timestamp(messages[-1]))
+    exact = TiktokenCounter()
+    assert context.status.windows.active.messages.tokens == sum(exact.count_message(m) for m in messages)
+    assert str(context.status.tokenizer).startswith("tiktoken:o200k")
+    text = "".join(str(m.content) for m in messages)
+    assert estimate_tokens(text) != len(exact.encoding.encode_ordinary(text))  # so the check above could fail
+    await om.aclose()

@@ -40,7 +40,7 @@ def test_japanese_example_runs_offline(script: Path, tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     if "Observation log:" in result.stdout:
         log = result.stdout.split("Observation log:", 1)[1]
-        assert "魚アレルギー" in log and "User said:" in log
+        assert "魚アレルギー" in log and "Date: " in log
     if script.stem == "recall_search":
         recalled = result.stdout.split("recall returned:", 1)[1]
         assert "嵐山 翠月庵" in recalled and "\\u" not in recalled  # found by a Japanese word, shown as written

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore, postgres_cjk, sqlite_cjk
-from langchain_om.store.cjk import cjk_index_tokens, normalise
+from langchain_om.store.cjk import cjk_index_tokens, normalise, query_words
 
 R1, R2 = "res-ja", "res-other"
 
@@ -74,6 +74,10 @@ FOUND = [
     ("Excel", {"ja4"}),
     ("book_ryokan", {"ja5"}),  # a tool name
     ("flight", {"en1"}),  # English keeps its stemming
+    # queries written as sentences: cut where the script changes, particles dropped
+    ("母の魚アレルギーはどうなった？", {"ja1"}),
+    ("我们下周去上海吗", {"zh1"}),  # a Chinese sentence: its bigrams, ranked by how many match
+    ("부산으로 가는 기차", {"ko1"}),
 ]
 
 
@@ -128,6 +132,14 @@ async def test_any_text_is_indexed(store: OMStore) -> None:
     await store.aappend_messages(R1, "t-odd", [human("odd", "温泉🍣旅行\x00です")])
     assert ids(await store.asearch_messages(R1, "温泉")) == {"odd"}
     assert ids(await store.asearch_messages(R1, "旅行")) == {"odd"}
+
+
+def test_query_words_of_a_sentence() -> None:
+    assert query_words("京都") == ["京都"] and query_words("窓側の席") == ["窓側の席"]  # words stay whole
+    assert query_words("予算はどうなった") == ["予算", "はどうなった"]
+    assert query_words("妹の結婚式") == ["妹", "結婚式"]
+    assert query_words("ベジタリアン料理") == ["ベジタリアン", "料理"]
+    assert query_words("我们下周去上海") == ["我们", "们下", "下周", "周去", "去上", "上海"]
 
 
 def test_normaliser() -> None:

@@ -23,7 +23,6 @@ from langchain_om.store import (
     encode_vector,
     sqlite_schema,
 )
-from langchain_om.store import sqlite as sqlite_module
 from langchain_om.store.search import MAX_QUERY_CHARS
 
 R1, R2 = "res-1", "res-2"
@@ -262,9 +261,9 @@ async def test_messages_with_every_word_rank_first(store: OMStore, store_kind: s
 async def test_common_words_rank_only_the_newest_candidates(
     store: OMStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langchain_om.store import postgres as postgres_module
+    from langchain_om.store import postgres_search, sqlite_search
 
-    for module in (sqlite_module, postgres_module):
+    for module in (sqlite_search, postgres_search):  # where each store's ranking lives
         monkeypatch.setattr(module, "RANK_CANDIDATES", 3)
     for i in range(8):  # one append per message: insertion order is recency
         await store.aappend_messages(R1, "t1", [human(f"b{i}", "budget " * (8 - i))])

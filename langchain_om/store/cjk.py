@@ -105,22 +105,62 @@ class CJKTerm:
     """The normalised word itself (the in-memory store matches it as a substring)."""
 
 
+PHRASE_CHARS = 4
+"""A query's CJK word up to this long is looked for as it is written; a longer one that mixes
+scripts, or a longer run of kanji / hanzi / Hangul alone, is a sentence rather than a word (see
+``query_words``)."""
+
+
+def _script(char: str) -> str:
+    point = ord(char)
+    if 0x3040 <= point <= 0x309F:
+        return "hiragana"
+    if 0x30A0 <= point <= 0x30FF or 0x31F0 <= point <= 0x31FF:
+        return "katakana"
+    if 0xAC00 <= point <= 0xD7FF or 0x1100 <= point <= 0x11FF or 0x3130 <= point <= 0x318F or 0xA960 <= point <= 0xA97F:
+        return "hangul"
+    return "han"
+
+
+def query_words(run: str) -> list[str]:
+    """The words a query's CJK run is looked for by. Without a dictionary, a long run is cut
+    where the script changes (予算はどうなった -> 予算, どうなった; 妹の結婚式 -> 妹, 結婚式), dropping
+    hiragana of one or two characters between other words (particles: の, は, を, から); a
+    segment of kanji / hanzi / Hangul still longer than ``PHRASE_CHARS`` (a Chinese sentence)
+    becomes its overlapping bigrams, each a word of its own. Katakana words stay whole."""
+    if len(run) <= PHRASE_CHARS:
+        return [run]
+    segments: list[str] = []
+    for char in run:
+        if segments and _script(segments[-1][-1]) == _script(char):
+            segments[-1] += char
+        else:
+            segments.append(char)
+    kept = [seg for seg in segments if not (_script(seg[0]) == "hiragana" and len(seg) <= 2)] or [run]
+    words: list[str] = []
+    for seg in kept:
+        if len(seg) > PHRASE_CHARS and _script(seg[0]) in ("han", "hangul"):
+            words.extend(seg[i : i + 2] for i in range(len(seg) - 1))
+        else:
+            words.append(seg)
+    return words
+
+
 def cjk_query_terms(query: str, stop_words: frozenset[str], max_terms: int) -> list[CJKTerm]:
     """The distinct words of a query as CJK-index terms, English stop words dropped unless the
     query has nothing else, at most ``max_terms``."""
     terms: list[CJKTerm] = []
     for piece in _PIECE.finditer(normalise(query)):
         if run := piece.group("cjk"):
-            run = run[:MAX_TOKEN_CHARS]
-            term = (CJKTerm((run,), prefix=True, text=run) if len(run) == 1
-                    else CJKTerm(tuple(run[i : i + 2] for i in range(len(run) - 1)), text=run))
+            found = [CJKTerm((word,), prefix=True, text=word) if len(word) == 1
+                     else CJKTerm(tuple(word[i : i + 2] for i in range(len(word) - 1)), text=word)
+                     for word in query_words(run[:MAX_TOKEN_CHARS])]
         else:
             word = piece.group("word")[:MAX_TOKEN_CHARS]
-            term = CJKTerm((word,), text=word)
-        if term not in terms:
-            terms.append(term)
-            if len(terms) == max_terms:
-                break
+            found = [CJKTerm((word,), text=word)]
+        for term in found:
+            if term not in terms and len(terms) < max_terms:
+                terms.append(term)
     meaningful = [t for t in terms if t.prefix or len(t.tokens) > 1 or t.tokens[0] not in stop_words]
     return meaningful or terms
 

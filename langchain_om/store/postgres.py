@@ -43,8 +43,7 @@ from .base import (
     record_key,
     utcnow,
 )
-from .cjk import tsquery_cjk
-from .postgres_cjk import CJK_TABLE, INSERT_CJK, cjk_entries
+from .postgres_cjk import CJK_TABLE, index_cjk
 from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
 from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
@@ -53,14 +52,12 @@ from .postgres_records import PostgresRecords
 from .postgres_schema import INSERT_SEARCH, Cursor, jsonb
 from .postgres_schema import MIGRATIONS as MIGRATIONS
 from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG
+from .postgres_search import search_messages
 from .search import (
-    RANK_CANDIDATES,
     check_space,
     check_vector_items,
-    merge_ranked,
     search_arguments,
     search_text,
-    tsquery_text,
 )
 from .thread_summaries import ThreadSummary, check_listing, postgres_query, postgres_summaries
 
@@ -382,7 +379,7 @@ class PostgresStore(PostgresFieldLookup, PostgresRecords):
                 )
                 if entries:
                     await cur.executemany(self._q(INSERT_SEARCH), entries)
-                    await self._index_cjk(cur, entries)
+                    await index_cjk(cur, self._q, entries)
                 await cur.execute(
                     self._q("UPDATE {s}.threads SET updated_at = %s WHERE thread_id = %s"), (utcnow(), thread_id)
                 )
@@ -491,7 +488,7 @@ class PostgresStore(PostgresFieldLookup, PostgresRecords):
                 (thread_id, message_id, resource_id),
             )
             return
-        await self._index_cjk(cur, entries)
+        await index_cjk(cur, self._q, entries)
         await cur.execute(
             self._q(f"UPDATE {{s}}.message_search SET search = to_tsvector('{SEARCH_CONFIG}', %s) "
                     "WHERE thread_id = %s AND message_id = %s AND resource_id = %s"),
@@ -532,62 +529,13 @@ class PostgresStore(PostgresFieldLookup, PostgresRecords):
     async def asearch_messages(
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
-        """``tsvector`` search (GIN index) ranked by ``ts_rank``, inside the resource. A query
-        holding CJK text ranks from the bigram table first (``postgres_cjk``), others from the
-        stemmed English index first; the other table fills the remaining places."""
+        """``tsvector`` search (GIN index) ranked by ``ts_rank``, inside the resource, in the
+        English and the CJK index (``postgres_search``)."""
         resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not terms:
             return []
-        params = {"resource": resource_id, "thread": thread_id, "candidates": RANK_CANDIDATES, "limit": count}
-        english = self._ranked_sql("message_search", f"to_tsquery('{SEARCH_CONFIG}', %(q)s)", thread_id)
-        cjk = self._ranked_sql(CJK_TABLE, "%(q)s::tsquery", thread_id)
         async with self._tx() as cur:
-
-            async def ranked(statement: Any, q: str) -> list[SearchHit]:
-                # never a prepared statement: a generic plan cannot know how common the words are
-                await cur.execute(statement, {**params, "q": q}, prepare=False)
-                return [SearchHit(message=_message(row), score=float(row["score"])) for row in await cur.fetchall()]
-
-            async def in_english() -> list[SearchHit]:
-                if not terms.english:
-                    return []
-                every = await ranked(english, tsquery_text(terms.english, every=True)) if len(terms.english) > 1 else []
-                if len(every) >= count:
-                    return every
-                return merge_ranked(every, await ranked(english, tsquery_text(terms.english)), count)
-
-            async def in_cjk() -> list[SearchHit]:
-                if not terms.cjk:
-                    return []
-                every = await ranked(cjk, tsquery_cjk(terms.cjk, every=True)) if len(terms.cjk) > 1 else []
-                if len(every) >= count:
-                    return every
-                return merge_ranked(every, await ranked(cjk, tsquery_cjk(terms.cjk)), count)
-
-            first, then = (in_cjk, in_english) if terms.cjk_first else (in_english, in_cjk)
-            found = await first()
-            return found if len(found) >= count else merge_ranked(found, await then(), count)
-
-    def _ranked_sql(self, table: str, tsquery: str, thread_id: str | None) -> Any:
-        """The newest RANK_CANDIDATES matches of ``table`` (a backward scan of (resource_id, pos)
-        that stops early for common words, the GIN index for rare ones), ranked by ts_rank."""
-        thread_filter = "" if thread_id is None else " AND thread_id = %(thread)s"
-        return self._q(
-            f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, r.score FROM ("
-            f" SELECT thread_id, message_id, ts_rank(search, {tsquery}) AS score FROM ("
-            f"  SELECT thread_id, message_id, search FROM {{s}}.{table}"
-            f"  WHERE resource_id = %(resource)s{thread_filter}"
-            f"  AND search @@ {tsquery} ORDER BY pos DESC LIMIT %(candidates)s) AS c"
-            " ORDER BY score DESC LIMIT %(limit)s) AS r "
-            "JOIN {s}.messages AS m ON m.thread_id = r.thread_id AND m.id = r.message_id "
-            "WHERE m.resource_id = %(resource)s ORDER BY r.score DESC, m.created_at DESC"
-        )
-
-    async def _index_cjk(self, cur: Cursor, entries: list[tuple[str, str, str, str]]) -> None:
-        """Write the CJK index rows of messages being appended (``entries``: resource, thread,
-        message id, search text), in the append's transaction."""
-        if rows := cjk_entries(entries):
-            await cur.executemany(self._q(INSERT_CJK), rows)
+            return await search_messages(cur, self._q, resource_id, thread_id, terms, count, _message)
 
     async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
         resource_id = check_resource_id(resource_id)

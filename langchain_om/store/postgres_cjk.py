@@ -64,6 +64,15 @@ def cjk_entries(rows: list[tuple[str, str, str, str]]) -> list[tuple[str, str, s
     return entries
 
 
+async def index_cjk(
+    cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sql.Composed], entries: list[tuple[str, str, str, str]]
+) -> None:
+    """Write the CJK index rows of messages being appended or edited (``entries``: resource,
+    thread, message id, search text), in the caller's transaction."""
+    if rows := cjk_entries(entries):
+        await cur.executemany(q(INSERT_CJK), rows)
+
+
 async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sql.Composed], schema: str) -> bool:
     """Index the next ``BACKFILL_BATCH`` stored messages and move the bookmark (inside the
     caller's transaction). Returns whether nothing is left (or another worker holds the task)."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -54,22 +54,19 @@ from .base import (
     utcnow,
 )
 from .search import (
-    RANK_CANDIDATES,
     check_space,
     check_vector_items,
-    fts5_cjk_match,
-    fts5_match,
-    merge_ranked,
     scope_token,
     search_arguments,
     search_text,
 )
-from .sqlite_cjk import CJK_TABLE, delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
+from .sqlite_cjk import delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
 from .sqlite_connection import immediate
 from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .sqlite_records import SQLiteRecords
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
+from .sqlite_search import search_messages
 from .thread_summaries import ThreadSummary, check_listing, sqlite_summaries
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -490,56 +487,14 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteRecords):
     async def asearch_messages(
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
-        """FTS5 search ranked by BM25 over the message text; only the resource's index entries are
-        read. A query holding CJK text ranks from the bigram table first (``sqlite_cjk``), others
-        from the stemmed English index first; the other table fills the remaining places."""
+        """FTS5 search ranked by BM25 over the message text, in the English and the CJK index
+        (``sqlite_search``); only the resource's index entries are read."""
         resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not self._fts:
             raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")
         if not terms:
             return []
-
-        def ranked(conn: sqlite3.Connection, table: str, match: str) -> list[SearchHit]:
-            # rank only the newest RANK_CANDIDATES matches: the rowid of the last of them is found
-            # by walking the doclists alone (no ranking), then FTS5 ranks rows at or above it
-            floor = conn.execute(
-                f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                (match, RANK_CANDIDATES - 1),
-            ).fetchone()
-            rows = conn.execute(
-                f"SELECT {', '.join('m.' + c for c in _MESSAGE_COLUMNS.split(', '))}, s.rank AS rank FROM "
-                f"(SELECT thread_id, message_id, rank FROM {table} WHERE {table} MATCH ? "
-                "AND rowid >= ? ORDER BY rank LIMIT ?) AS s "
-                "JOIN messages AS m ON m.thread_id = s.thread_id AND m.id = s.message_id "
-                "WHERE m.resource_id = ? ORDER BY s.rank",
-                (match, floor[0] if floor is not None else 0, count, resource_id),
-            )
-            return [SearchHit(message=_message(row), score=-float(row["rank"])) for row in rows]
-
-        def english(conn: sqlite3.Connection) -> list[SearchHit]:
-            words = terms.english
-            return in_table(conn, "message_search", len(words),
-                            lambda every: fts5_match(words, resource_id, thread_id, every=every))
-
-        def cjk(conn: sqlite3.Connection) -> list[SearchHit]:
-            return in_table(conn, CJK_TABLE, len(terms.cjk),
-                            lambda every: fts5_cjk_match(terms.cjk, resource_id, thread_id, every=every))
-
-        def in_table(
-            conn: sqlite3.Connection, table: str, n_terms: int, match: Callable[[bool], str]
-        ) -> list[SearchHit]:
-            """Hits holding every term first, then those holding some."""
-            if not n_terms:
-                return []
-            every = ranked(conn, table, match(True)) if n_terms > 1 else []
-            return every if len(every) >= count else merge_ranked(every, ranked(conn, table, match(False)), count)
-
-        def run(conn: sqlite3.Connection) -> list[SearchHit]:
-            first, then = (cjk, english) if terms.cjk_first else (english, cjk)
-            found = first(conn)
-            return found if len(found) >= count else merge_ranked(found, then(conn), count)
-
-        return await self._run(run)
+        return await self._run(lambda conn: search_messages(conn, resource_id, thread_id, terms, count, _message))
 
     async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
         resource_id = check_resource_id(resource_id)
