@@ -48,6 +48,11 @@ async def main() -> dict[str, list[str]]:
     # Time travel: run from the checkpoint after turn 2 with new input. The config has no
     # resource_id: OM takes it from the checkpoint, and the model sees turns 1-2 only.
     await say("Which colours did I mention?", after_turn[1], "fork from turn 2")
+    # Inspect the fork: given its checkpoint, get_record reads the memory that checkpoint names
+    # (the thread id alone names the first branch). Turn 2 is still unobserved there.
+    fork = await agent.aget_state(config)  # the thread's latest checkpoint is now the fork's
+    fork_log = (await om.aget_record("chat-1", checkpoint=fork)).observations
+    shown["fork's log"] = [c for c in COLOURS if f"colour is {c}" in fork_log]
     # Back to the first branch's latest checkpoint: its own five turns, nothing of the fork.
     await say("And now?", after_turn[4], "first branch again")
     # A config naming another user for this thread is refused.

@@ -385,7 +385,7 @@ async def test_readme_example_runs() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     seen = await module.main()
-    assert seen == {"first branch": COLOURS, "fork from turn 2": ["red", "blue"],
+    assert seen == {"first branch": COLOURS, "fork from turn 2": ["red", "blue"], "fork's log": ["red"],
                     "first branch again": COLOURS, "refused": ["ForeignResourceError"]}
 
 

@@ -203,13 +203,17 @@ def _phase_node(
     """One OM phase as a node that routes with ``Command``: on to ``goto``, or to ``END`` when aborted."""
     phase = _NODE_PHASE[name]
 
-    def finish(messages: list[BaseMessage], context: OMContext, position: dict[str, Any]) -> Command[str]:
+    def finish(state: Any, messages: list[BaseMessage], context: OMContext, position: dict[str, Any]) -> Command[str]:
         update = state_update(messages, context)
         if context.aborted is None:
-            changes: dict[str, Any] = {POSITION_KEY: position}
+            # one dict, and none at all when the phase changed nothing (its streamed update is then
+            # None, like any middleware hook with nothing to do)
+            changes: dict[str, Any] = {}
+            if position != state_value(state, POSITION_KEY):
+                changes[POSITION_KEY] = position
             if update:
                 changes[messages_key] = update
-            return Command(update=changes, goto=goto)
+            return Command(update=changes or None, goto=goto)
         logger.warning("langchain-om %s aborted the step: %s", name, context.aborted)
         if on_abort == "raise":
             raise OMAborted(f"{name}: {context.aborted}")
@@ -221,7 +225,7 @@ def _phase_node(
         context, position, _, _ = await aprocess_at_checkpoint(
             om, state, messages, config, live=live, phases=(phase,),
             current_model=current_model_from(config, current_model))
-        return finish(messages, context, position)
+        return finish(state, messages, context, position)
 
     def run(state: Any, config: RunnableConfig) -> Command[str]:
         messages = _state_messages(state, messages_key)
@@ -229,7 +233,7 @@ def _phase_node(
         context, position, _, _ = om._loop.run(aprocess_at_checkpoint(
             om, state, messages, config, live=live, phases=(phase,),
             current_model=current_model_from(config, current_model)))
-        return finish(messages, context, position)
+        return finish(state, messages, context, position)
 
     return RunnableLambda(run, afunc=arun, name=name)
 

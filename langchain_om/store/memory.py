@@ -35,7 +35,7 @@ from .base import (
 )
 from .cjk import CJKTerm, cjk_index_tokens, has_cjk, normalise, plain_words
 from .search import check_space, check_vector_items, search_arguments, search_text
-from .thread_summaries import ThreadSummary, check_listing, memory_summaries
+from .thread_summaries import MemoryThreadListing
 
 _SUFFIXES = ("ings", "ing", "ies", "es", "ed", "s")
 
@@ -69,7 +69,7 @@ class _Indexed:
         return found
 
 
-class InMemoryStore:
+class InMemoryStore(MemoryThreadListing):
     """``OMStore`` kept in process memory; lost when the process exits.
 
     The critical sections never await, so a ``threading.Lock`` gives the same exclusion
@@ -193,14 +193,6 @@ class InMemoryStore:
             rows.sort(key=lambda t: (t.created_at, self._thread_order[t.thread_id]), reverse=True)
             end = None if count is None else start + count
             return [t.model_copy(deep=True) for t in rows[start:end]]
-
-    async def alist_thread_summaries(
-        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
-    ) -> list[ThreadSummary]:
-        """See ``store/thread_summaries.py``."""
-        resource, cursor, count = check_listing(resource_id, after, limit)
-        with self._lock:
-            return memory_summaries(list(self._threads.values()), self._messages, resource, cursor, count)
 
     async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
         """Ids of the resource's threads in code point order, after ``after_id`` (keyset paging)."""

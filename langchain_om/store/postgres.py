@@ -59,7 +59,7 @@ from .search import (
     search_arguments,
     search_text,
 )
-from .thread_summaries import ThreadSummary, check_listing, postgres_query, postgres_summaries
+from .thread_summaries import PostgresThreadListing
 
 # The statements a step runs against a thread's history name only columns that lead to a bounded
 # index range whatever the planner's statistics say (right after a bulk load there are none, and
@@ -120,7 +120,7 @@ def _search_entries(
     text = search_text(data, kind)
     return [(resource_id, thread_id, message_id, text)] if text else []
 
-class PostgresStore(PostgresFieldLookup, PostgresRecords):
+class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
 
     @classmethod
@@ -241,15 +241,6 @@ class PostgresStore(PostgresFieldLookup, PostgresRecords):
                 (resource_id, before_dt, before_dt, after_dt, after_dt, count, start),
             )
             return [_thread(row) for row in await cur.fetchall()]
-
-    async def alist_thread_summaries(
-        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
-    ) -> list[ThreadSummary]:
-        """See ``store/thread_summaries.py``."""
-        resource, cursor, count = check_listing(resource_id, after, limit)
-        query, params = postgres_query(resource, cursor, count)
-        async with self._tx() as cur:
-            return await postgres_summaries(cur, self._q(query), params)
 
     async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
         """Ids of the resource's threads in code point order (``COLLATE "C"`` compares UTF-8

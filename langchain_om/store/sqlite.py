@@ -67,7 +67,7 @@ from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .sqlite_records import SQLiteRecords
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
 from .sqlite_search import search_messages
-from .thread_summaries import ThreadSummary, check_listing, sqlite_summaries
+from .thread_summaries import SQLiteThreadListing
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -100,7 +100,7 @@ def _message(row: sqlite3.Row) -> StoredMessage:
     )
 
 
-class SQLiteStore(SQLiteFieldLookup, SQLiteRecords):
+class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteRecords):
     """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
 
     def __repr__(self) -> str:
@@ -212,13 +212,6 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteRecords):
         query += " ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?"
         params += [-1 if count is None else count, start]
         return await self._run(lambda conn: [_thread(row) for row in conn.execute(query, params)])
-
-    async def alist_thread_summaries(
-        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
-    ) -> list[ThreadSummary]:
-        """See ``store/thread_summaries.py``."""
-        resource, cursor, count = check_listing(resource_id, after, limit)
-        return await self._run(lambda conn: sqlite_summaries(conn, resource, cursor, count))
 
     async def alist_thread_ids(self, resource_id: str, *, after_id: str | None = None, limit: int = 200) -> list[str]:
         """Ids of the resource's threads in code point order (SQLite's BINARY collation compares

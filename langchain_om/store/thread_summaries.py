@@ -2,7 +2,7 @@
 
 ``alist_thread_summaries`` is what ``om.alist_threads`` and ``langchain-om threads`` show, so a
 user can find a thread whose id they never saw (``langgraph dev`` names threads with UUIDs).
-All three stores implement it here, in one place each:
+All three stores implement it here, one mixin class each (``MemoryThreadListing``, ...):
 
 - Order: last activity (the thread's ``updated_at``, moved by every append) newest first, then
   thread id (code point order, descending) for ties.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -153,3 +153,43 @@ async def postgres_summaries(cur: AsyncCursor[Any], query: Any, params: list[Any
                           created_at=u.to_utc(row["created_at"]), last_activity=u.to_utc(row["updated_at"]),
                           message_count=int(row["n"]))
             for row in rows]
+
+
+class MemoryThreadListing:
+    """``InMemoryStore.alist_thread_summaries``."""
+
+    async def alist_thread_summaries(
+        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
+    ) -> list[ThreadSummary]:
+        """See the module docstring."""
+        resource, cursor, count = check_listing(resource_id, after, limit)
+        store = cast(Any, self)
+        with store._lock:
+            return memory_summaries(list(store._threads.values()), store._messages, resource, cursor, count)
+
+
+class SQLiteThreadListing:
+    """``SQLiteStore.alist_thread_summaries``."""
+
+    async def alist_thread_summaries(
+        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
+    ) -> list[ThreadSummary]:
+        """See the module docstring."""
+        resource, cursor, count = check_listing(resource_id, after, limit)
+        found: list[ThreadSummary] = await cast(Any, self)._run(
+            lambda conn: sqlite_summaries(conn, resource, cursor, count))
+        return found
+
+
+class PostgresThreadListing:
+    """``PostgresStore.alist_thread_summaries``."""
+
+    async def alist_thread_summaries(
+        self, resource_id: str | None, *, after: Any = None, limit: int = 20,
+    ) -> list[ThreadSummary]:
+        """See the module docstring."""
+        resource, cursor, count = check_listing(resource_id, after, limit)
+        query, params = postgres_query(resource, cursor, count)
+        store = cast(Any, self)
+        async with store._tx() as cur:
+            return await postgres_summaries(cur, store._q(query), params)
