@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import os
 import re
@@ -292,7 +293,7 @@ async def check_integrity(om: ObservationalMemory, sent: dict[str, list[str]],
         record = await om.aget_record(thread_id)
         seq_of = {r.id: r.seq for r in rows}
         spans = sorted((seq_of.get(g.start_id, -1), seq_of.get(g.end_id, -1)) for g in record.groups)
-        for (s1, e1), (s2, e2) in zip(spans, spans[1:], strict=False):
+        for (s1, e1), (s2, e2) in itertools.pairwise(spans):
             if s2 <= e1:
                 problems.append(f"{thread_id}: observation groups {s1}-{e1} and {s2}-{e2} overlap")
         observed_through = record.last_observed_seq.get(thread_id, 0)
