@@ -102,6 +102,8 @@ class LoadResult:
     rss_mb: list[tuple[float, float]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     sent: dict[str, list[str]] = field(default_factory=dict)
+    checked: bool = False
+    """Whether the integrity check ran (only with OM: without it nothing is stored)."""
     events: Counter[str] = field(default_factory=Counter)
     """OM's events by type (``on_debug_event``): proves buffering and reflection ran."""
 
@@ -233,6 +235,7 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
         logging.getLogger("langchain_om").removeHandler(capture)
     result.observer_calls = sum(1 for call in observer.calls if _is_observer_call(call))
     if om is not None:
+        result.checked = True
         result.problems = await check_integrity(om, result.sent, observer.calls, via=plan.via)
         if not result.background_done:
             result.problems.append(f"await_background() still waiting after {plan.background_bound_s:.0f} s")
