@@ -1,11 +1,12 @@
 """Many users over more threads than ``cache_limit`` (issue 33, items 1 and 5).
 
 8 users step 12 threads round-robin with ``cache_limit=3`` (the issue's 24 users over 40
-threads with 8, scaled down) while background buffering and reflection run, through ``create_agent`` + ``ObservationalMemoryMiddleware`` and through
-``aprocess``, on every store. Another task's step evicts a thread's cache entries while this
-one awaits the store; before the fix that raised ``KeyError`` from the record LRU in ~30% of
-turns and in background cycles, and messages reached the Observer twice. No timing is asserted:
-speed lives in ``python -m benchmarks.load``.
+threads with 8, scaled down) while background buffering and reflection run, through
+``create_agent`` + ``ObservationalMemoryMiddleware`` and through ``aprocess``, on every store.
+Another task's step evicts a thread's cache entries while this one awaits the store; before
+the fix that raised ``KeyError`` from the record LRU in turns and in background cycles, and
+messages reached the Observer twice. No timing is asserted: speed lives in
+``python -m benchmarks.load``.
 """
 
 from __future__ import annotations
