@@ -11,10 +11,15 @@ messages reached the Observer twice. No timing is asserted: speed lives in
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from benchmarks.load_harness import LoadPlan, run_load
+from langchain_om import ObservationalMemory
 from langchain_om.store.base import OMStore
+from langchain_om.store.memory import InMemoryStore
+from langchain_om.testing import ScriptedObserverModel
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -35,3 +40,20 @@ async def test_more_threads_than_the_cache_no_failed_turn(store: OMStore, via: s
     reflections = ("data-om-observation-end:reflection", "data-om-buffering-end:reflection",
                    "data-om-activation:reflection")
     assert sum(result.events[kind] for kind in reflections) > 0, result.events
+
+
+async def test_a_lock_a_task_is_about_to_take_survives_eviction() -> None:
+    """Two tasks must never hold two different locks for one record: a lock someone refers to
+    (taken, awaited, or about to be taken, as a buffering cycle's loan does from a new task)
+    outlives its record's eviction; one nobody refers to is gone, so locks stay bounded."""
+    om = ObservationalMemory(InMemoryStore(), model=ScriptedObserverModel(), token_counter="estimator")
+    om.cache_limit = 1
+    om.touch_record("k")
+    lock = om._lock("k")  # not yet acquired
+    for i in range(3):
+        om.touch_record(f"other-{i}")  # evicts "k" and its per-record state
+    assert "k" not in om._recent_records
+    assert om._lock("k") is lock
+    del lock
+    gc.collect()
+    assert len(om._locks) == 0
