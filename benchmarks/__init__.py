@@ -15,6 +15,9 @@ SECTIONS = (
     "wirings",
     "reflector_spend",
     "import_time",
+    "load",
 )
+OPT_IN = ("load",)
+"""Sections ``python -m benchmarks`` runs only when named in ``--only`` (minutes of load each)."""
 
-__all__ = ["SECTIONS"]
+__all__ = ["OPT_IN", "SECTIONS"]

@@ -3,6 +3,7 @@
     python -m benchmarks                  # everything, ~7-10 minutes on 2 cores
     python -m benchmarks --quick          # small sizes and short delays, ~1 minute
     python -m benchmarks --only buffering,storage --no-pg
+    python -m benchmarks --only load      # opt-in: N concurrent users (see benchmarks/load.py)
 
 Results: benchmarks/results/<section>.json, summary.json and benchmarks.png.
 """
@@ -15,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    OPT_IN,
     SECTIONS,
     agent_step,
     branches,
     buffering,
     import_time,
+    load,
     prompt_cache,
     prompt_tokens,
     reflector_spend,
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes and short delays (~1 minute)")
-    parser.add_argument("--only", type=lambda v: v.split(","), default=list(SECTIONS),
+    parser.add_argument("--only", type=lambda v: v.split(","), default=[s for s in SECTIONS if s not in OPT_IN],
                         help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON files and the PNG")
     args, extra = parser.parse_known_args(argv)
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
                "search_languages": search_languages, "scale": scale, "branches": branches, "wirings": wirings,
-               "reflector_spend": reflector_spend, "import_time": import_time}
+               "reflector_spend": reflector_spend, "import_time": import_time, "load": load}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import Field
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.model_calls.observer import OBSERVER_PROMPT_MARKER
@@ -35,7 +37,6 @@ from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
 Via = Literal["middleware", "aprocess"]
-_MARK = re.compile(r"\[m:(\d+):(\d+)\]")
 _USER_LINE = re.compile(r"\] User: (\[m:\d+:\d+\])")
 _TOPICS_EN = ["the Lisbon trip", "the quarterly budget", "a Python refactor", "the marathon plan"]
 _TOPICS_JA = ["京都旅行の計画", "来月の予算", "引っ越しの準備", "誕生日の夕食"]
@@ -55,14 +56,30 @@ class _Timed:
 
 
 class TimedObserver(ScriptedObserverModel, _Timed):
-    """The scripted Observer/Reflector, its own CPU time counted apart."""
+    """The scripted Observer/Reflector, its own CPU time counted apart. It keeps what the
+    integrity check needs (which markers each Observer call saw), not the prompts: a soak's
+    RSS is OM's, not the harness's."""
+
+    sends: Counter[str] = Field(default_factory=Counter)
+    observer_calls: int = 0
+
+    def _record(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> int:
+        if _is_observer_call(messages):
+            self.observer_calls += 1
+            self.sends.update(_markers_sent(messages))
+        self.calls.append([])
+        return len(self.calls) - 1
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
         return self._timed_reply(lambda: ScriptedObserverModel._reply(self, messages, index))
 
 
 class TimedAgent(ScriptedAgentModel, _Timed):
-    """The scripted agent model, its own CPU time counted apart."""
+    """The scripted agent model, its own CPU time counted apart (calls not kept)."""
+
+    def _record(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> int:
+        self.calls.append([])
+        return len(self.calls) - 1
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
         return self._timed_reply(lambda: ScriptedAgentModel._reply(self, messages, index))
@@ -101,6 +118,8 @@ class LoadResult:
     rss_mb: list[tuple[float, float]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     sent: dict[str, list[str]] = field(default_factory=dict)
+    checked: bool = False
+    """Whether the integrity check ran (only with OM: without it nothing is stored)."""
     events: Counter[str] = field(default_factory=Counter)
     """OM's events by type (``on_debug_event``): proves buffering and reflection ran."""
 
@@ -230,9 +249,10 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
         if sampler is not None:
             await sampler
         logging.getLogger("langchain_om").removeHandler(capture)
-    result.observer_calls = sum(1 for call in observer.calls if _is_observer_call(call))
+    result.observer_calls = observer.observer_calls
     if om is not None:
-        result.problems = await check_integrity(om, result.sent, observer.calls, via=plan.via)
+        result.checked = True
+        result.problems = await check_integrity(om, result.sent, observer.sends)
         if not result.background_done:
             result.problems.append(f"await_background() still waiting after {plan.background_bound_s:.0f} s")
         await om.aclose(cancel=True)
@@ -259,20 +279,13 @@ def _is_observer_call(call: Sequence[BaseMessage]) -> bool:
     return any(isinstance(m, SystemMessage) and OBSERVER_PROMPT_MARKER in str(m.content) for m in call)
 
 
-def observer_sends(calls: Sequence[Sequence[BaseMessage]]) -> Counter[str]:
-    """How many Observer calls saw each user message (its transcript's ``User:`` lines)."""
-    seen: Counter[str] = Counter()
-    for call in calls:
-        if not _is_observer_call(call):
-            continue
-        text = "\n".join(str(m.content) for m in call if isinstance(m, HumanMessage))
-        transcript = text.split("<transcript>", 1)[-1]
-        seen.update(set(_USER_LINE.findall(transcript)))
-    return seen
+def _markers_sent(call: Sequence[BaseMessage]) -> set[str]:
+    """The user messages one Observer call saw (its transcript's ``User:`` lines)."""
+    text = "\n".join(str(m.content) for m in call if isinstance(m, HumanMessage))
+    return set(_USER_LINE.findall(text.split("<transcript>", 1)[-1]))
 
 
-async def check_integrity(om: ObservationalMemory, sent: dict[str, list[str]],
-                          observer_calls: Sequence[Sequence[BaseMessage]], *, via: Via) -> list[str]:
+async def check_integrity(om: ObservationalMemory, sent: dict[str, list[str]], sends: Counter[str]) -> list[str]:
     """What went wrong, in words (empty: every sent message stored once, none observed twice,
     none sent to the Observer twice, and every assistant reply stored)."""
     problems: list[str] = []
@@ -292,13 +305,13 @@ async def check_integrity(om: ObservationalMemory, sent: dict[str, list[str]],
         record = await om.aget_record(thread_id)
         seq_of = {r.id: r.seq for r in rows}
         spans = sorted((seq_of.get(g.start_id, -1), seq_of.get(g.end_id, -1)) for g in record.groups)
-        for (s1, e1), (s2, e2) in zip(spans, spans[1:], strict=False):
+        for (s1, e1), (s2, e2) in itertools.pairwise(spans):
             if s2 <= e1:
                 problems.append(f"{thread_id}: observation groups {s1}-{e1} and {s2}-{e2} overlap")
         observed_through = record.last_observed_seq.get(thread_id, 0)
         if spans and spans[-1][1] > observed_through:
             problems.append(f"{thread_id}: a group ends at {spans[-1][1]} past the watermark {observed_through}")
-    twice = {mark: n for mark, n in observer_sends(observer_calls).items() if n > 1}
+    twice = {mark: n for mark, n in sends.items() if n > 1}
     if twice:
         problems.append(f"{len(twice)} messages sent to the Observer more than once, e.g. {sorted(twice)[:3]}")
     return problems

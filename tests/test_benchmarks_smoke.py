@@ -275,3 +275,21 @@ def test_scale_section_runs_and_reports_every_figure(tmp_path: Path) -> None:
         assert figures["cold_ms"] > 0 and figures["rss_mib"] > 0 and figures["warm_p50_ms"] > 0
         assert figures["commit_steps"] >= 1 and figures["commit_p50_ms"] > 0
     assert "cold / commit" in scale.report(payload)
+
+
+def test_load_reports_every_figure_and_a_clean_integrity_check(tmp_path: Path) -> None:
+    from benchmarks import load
+
+    payload = load.run(_ns(load, users=[3], stores=["sqlite"], turns=2, observer_latency=0.0))
+    runs = payload["stores"]["sqlite"]
+    om, bare = runs["3"], runs["3-bare"]
+    for key in ("turns_per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "lag_p99_ms", "lag_max_ms", "errors",
+                "background_failures", "cpu_per_turn_ms", "om_cpu_per_turn_ms", "integrity"):
+        assert key in om, key
+    assert om["turns"] == bare["turns"] == 6 and om["errors"] == 0 and om["integrity"] == "ok"
+    assert bare["integrity"] == "n/a"
+    assert "integrity" in load.report(payload)
+    soak = load.run(_ns(load, stores=["sqlite"], soak=0.03, soak_users=4, cache_limit=2, observer_latency=0.0))
+    data = soak["stores"]["sqlite"]["soak"]
+    assert data["turns"] > 0 and data["errors"] == 0 and data["integrity"] == "ok"
+    assert data["rss_mb"] is not None and data["rss_mb"]["max"] > 0

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -30,7 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from ..extensions.branches import branch_root
 from ..foundation._loop import LoopThread
 from ..foundation.config import OMConfig, OMConfigError
-from ..foundation.events import OMEvent
+from ..foundation.events import OMEvent, WaitData, WaitEvent, iso_now
 from ..foundation.hooks import ObserveHooks
 from ..foundation.inputs import KnownMessage, known_from_rows
 from ..foundation.messages import load_message
@@ -50,6 +52,7 @@ from ..store.base import (
     check_id,
     check_thread_id,
     implicit_resource,
+    new_id,
     record_key,
     utcnow,
 )
@@ -121,7 +124,7 @@ class EngineCore:
         self.store: OMStore = store
         self.counter: TokenCounter = get_token_counter(token_counter)
         self._clock = clock or utcnow
-        self._tasks = BackgroundTasks()
+        self._tasks = BackgroundTasks(self.config.failure_policy.background_bound_s(), self.waiting)
         self._loans = LockLoans()  # a step waiting for this process's buffering cycle lends it the lock
         self._loop = LoopThread(refuse_in=self._store_bound_to)
         self._setup_lock: asyncio.Lock | None = None
@@ -256,6 +259,46 @@ class EngineCore:
         if lock is None:
             lock = self._locks[(loop_id, key)] = asyncio.Lock()
         return lock
+
+    @asynccontextmanager
+    async def locked(self, key: str) -> AsyncIterator[None]:
+        """Hold the record's lock for the block; a wait for it is reported (``waiting``)."""
+        lock = self._lock(key)
+        if lock.locked() and self.config.on_debug_event is not None:
+            async with self.waiting("record-lock", key):
+                await lock.acquire()
+        else:
+            await lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @asynccontextmanager
+    async def waiting(self, waits_for: str, key: str, bound_s: float | None = None) -> AsyncIterator[None]:
+        """Name a wait in two debug events (``data-om-wait`` start / end, see ``WaitData``), so a
+        stuck step or cycle says what it waits for. Free when no ``on_debug_event`` is set."""
+        if self.config.on_debug_event is None:
+            yield
+            return
+        data = WaitData(wait_id=new_id("wait_"), waits_for=waits_for, phase="start",
+                        record_key=self.thread_label(key), started_at=iso_now(), bound_s=bound_s)
+        self.debug(WaitEvent(data=data))
+        started, outcome = time.monotonic(), "done"
+        try:
+            yield
+        except TimeoutError:
+            outcome = "timeout"
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            self.debug(WaitEvent(data=data.model_copy(update={
+                "phase": "end", "waited_ms": (time.monotonic() - started) * 1000, "outcome": outcome})))
 
     async def aload_record(self, resource_id: str, thread_id: str) -> OMRecord:
         """The stored record, parsed only when its stamp changed since the last read.

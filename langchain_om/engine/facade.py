@@ -69,7 +69,7 @@ class ObservationalMemory(EngineCore):
                        config: RunnableConfig | None = None) -> OMRecord:
         """Observe every unobserved message now (trigger ``manual``)."""
         step = await self._manual_step(thread_id, resource_id, config)
-        async with self._lock(step.key):
+        async with self.locked(step.key):
             record = await self.aload_record(step.resource_id, thread_id)
             record = await aobserve_manual(self, step, record)
         await self.dispatch(step.events, config)
@@ -79,7 +79,7 @@ class ObservationalMemory(EngineCore):
                        config: RunnableConfig | None = None) -> OMRecord:
         """Reflect the whole observation log now (trigger ``manual``)."""
         step = await self._manual_step(thread_id, resource_id, config)
-        async with self._lock(step.key):
+        async with self.locked(step.key):
             record = await areflect_manual(self, step)
         await self.dispatch(step.events, config)
         return record.model_copy(deep=True)
@@ -192,7 +192,7 @@ class ObservationalMemory(EngineCore):
                                lambda branch: self.adelete_thread(branch, resource_id=resource_id))
         key = record_key(resource, self.record_thread(thread_id))
         await self._tasks.wait(key)
-        async with self._lock(key):
+        async with self.locked(key):
             await self.store.adelete_thread(resource, thread_id)  # also forgets it in the resource record
             self.forget_thread(record_key(resource, thread_id))
             self.forget_record(key)

@@ -21,8 +21,8 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from ..model_calls.failures import remaining_budget
@@ -56,11 +56,15 @@ async def _release(store: Any, name: str, owner: str) -> None:
             del _local[key]
 
 
-async def _heartbeat(store: Any, name: str, owner: str, ttl_s: float) -> None:
+async def _heartbeat(store: Any, name: str, owner: str, ttl_s: float, stopped: asyncio.Event) -> None:
     """Renew a held lease every third of its ttl, so a live holder keeps it through a long
-    Observer call while a dead one (no heartbeat) loses it within one ttl."""
-    while True:
+    Observer call while a dead one (no heartbeat) loses it within one ttl. ``stopped`` ends it
+    too: a cancellation lost inside a store call (Python 3.11's ``wait_for`` in psycopg's pool
+    wait can swallow one) once kept it renewing forever, and its holder waiting for it."""
+    while not stopped.is_set():
         await asyncio.sleep(ttl_s / 3)
+        if stopped.is_set():
+            return
         try:
             if not await _try(store, name, owner, ttl_s):
                 return  # lost it (expired and taken): the record's compare-and-swap still guards the log
@@ -70,19 +74,21 @@ async def _heartbeat(store: Any, name: str, owner: str, ttl_s: float) -> None:
 
 @asynccontextmanager
 async def _held(store: Any, name: str, owner: str, ttl_s: float, acquired: bool) -> AsyncIterator[None]:
-    beat = asyncio.ensure_future(_heartbeat(store, name, owner, ttl_s)) if acquired else None
+    stopped = asyncio.Event()
+    beat = asyncio.ensure_future(_heartbeat(store, name, owner, ttl_s, stopped)) if acquired else None
     try:
         yield
     finally:
         try:
+            stopped.set()
             if beat is not None:
-                await _stop(beat)
+                await _stop(beat, ttl_s)
         finally:
             if acquired:
                 await _release(store, name, owner)
 
 
-async def _stop(beat: asyncio.Future[None]) -> None:
+async def _stop(beat: asyncio.Future[None], ttl_s: float) -> None:
     """Cancel the heartbeat and wait for it to end, letting a cancel of the *caller* through.
 
     ``await beat`` after ``beat.cancel()`` cannot tell the heartbeat's CancelledError from the
@@ -92,11 +98,12 @@ async def _stop(beat: asyncio.Future[None]) -> None:
     Observer which never answered). ``asyncio.wait`` never raises the heartbeat's outcome and
     raises the caller's own cancellation."""
     beat.cancel()
-    await asyncio.wait({beat})
+    await asyncio.wait({beat}, timeout=ttl_s)  # bounded: a heartbeat that lost its cancel still sees `stopped`
 
 
 @asynccontextmanager
-async def wait_for_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
+async def wait_for_lease(store: Any, name: str, ttl_s: float,
+                         waiting: Callable[[], AbstractAsyncContextManager[None]] | None = None) -> AsyncIterator[bool]:
     """Hold the lease ``name`` for the block; yields whether another worker held it first.
 
     Waits at most ``ttl_s`` (a holder that died loses it by then) and never past the turn's
@@ -106,14 +113,16 @@ async def wait_for_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[b
     waited = False
     deadline = time.monotonic() + ttl_s + _POLL_S[1]
     acquired = await _try(store, name, owner, ttl_s)
-    while not acquired:
+    if not acquired:
         waited = True
-        left = remaining_budget()
-        if time.monotonic() >= deadline or (left is not None and left <= 0):
-            break
-        pause = random.uniform(*_POLL_S)
-        await asyncio.sleep(pause if left is None else min(pause, left))
-        acquired = await _try(store, name, owner, ttl_s)
+        async with waiting() if waiting is not None else nullcontext():  # names the wait (debug event)
+            while not acquired:
+                left = remaining_budget()
+                if time.monotonic() >= deadline or (left is not None and left <= 0):
+                    break
+                pause = random.uniform(*_POLL_S)
+                await asyncio.sleep(pause if left is None else min(pause, left))
+                acquired = await _try(store, name, owner, ttl_s)
     async with _held(store, name, owner, ttl_s, acquired):
         yield waited
 
@@ -138,9 +147,10 @@ async def is_free(store: Any, name: str) -> bool:
     return True
 
 
-async def wait_until_free(store: Any, name: str, ttl_s: float) -> None:
+async def wait_until_free(store: Any, name: str, ttl_s: float,
+                          waiting: Callable[[], AbstractAsyncContextManager[None]] | None = None) -> None:
     """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``."""
-    async with wait_for_lease(store, name, ttl_s):
+    async with wait_for_lease(store, name, ttl_s, waiting):
         pass
 
 

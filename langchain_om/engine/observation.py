@@ -33,10 +33,12 @@ async def aobserve_now(core: EngineCore, step: StepState, record: OMRecord, plan
     """Carry out a ``SyncObservation`` under the record's ``observe`` lease."""
     ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
     own_cycle_over = not core.config.buffering_enabled or await _await_own_buffering(core, step, ttl)
-    async with wait_for_lease(core.store, lease_name(step.key, "observe"), ttl):
+    async with wait_for_lease(core.store, lease_name(step.key, "observe"), ttl,
+                              lambda: core.waiting("lease:observe", step.key, ttl)):
         if core.config.buffering_enabled and own_cycle_over:
             # another worker's chunk of these messages; a cycle starting now sees `observe` taken and skips
-            await wait_until_free(core.store, lease_name(step.key, "buffer"), ttl)
+            await wait_until_free(core.store, lease_name(step.key, "buffer"), ttl,
+                                  lambda: core.waiting("lease:buffer", step.key, ttl))
         latest = await core.aload_record(step.resource_id, step.thread_id)
         if latest.version != record.version:  # another worker observed meanwhile: plan on what is left
             record, window = latest, await core.awindow(latest, step.resource_id, step.thread_id)
@@ -54,8 +56,11 @@ async def _await_own_buffering(core: EngineCore, step: StepState, ttl: float) ->
     lease ttl without one): a call in flight answers sooner than a new one would. Returns False
     if the cycle is still running after the wait."""
     left = remaining_budget()
-    return await core._loans.wait_for(step.key, core._tasks.task(step.key, "observe"),
-                                      ttl if left is None else left)
+    task = core._tasks.task(step.key, "observe")
+    if task is None:
+        return True
+    async with core.waiting("own-buffering", step.key, ttl if left is None else left):
+        return await core._loans.wait_for(step.key, task, ttl if left is None else left)
 
 
 async def _observe_held(core: EngineCore, step: StepState, record: OMRecord, plan: planner.SyncObservation,

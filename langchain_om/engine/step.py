@@ -50,7 +50,7 @@ async def astep(
     core.touch_record(key)
     step = StepState(resource, thread_id, key, moment, [], current_model, config)
     aborted: str | None = None
-    async with core._lock(key):
+    async with core.locked(key):
         step.events.extend(core._live_runs.refresh(key, config))  # live_runs.py: a run left without a close
         step.events.extend(core._pending_events.pop(key, []))
         record = await core.aload_record(resource, thread_id)
@@ -121,7 +121,7 @@ async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMes
     if not (idle_buffering or inputs.instructions or inputs.edited):
         settled(core, resource, thread_id, inputs)
         return
-    async with core._lock(key):
+    async with core.locked(key):
         record = await core.aload_record(resource, thread_id)
         record = await asettle(core, step, record, inputs)
         if not idle_buffering:

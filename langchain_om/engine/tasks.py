@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
@@ -52,10 +53,18 @@ class BackgroundTasks:
     Tasks belong to the loop that started them; ``aclose`` waits for them (or cancels them
     after ``timeout``) so a shutdown never leaves a half-written record: every task commits
     its result through the store's compare-and-swap or not at all.
+
+    Every task is cancelled at ``bound_s`` (``failure_policy.background_bound_s``), and ``wait``
+    gives up on a task a little after that: a cancellation lost in a library (Python 3.11's
+    ``asyncio.wait_for`` can swallow one that races a result, as psycopg's pool wait does)
+    cannot keep ``await_background`` waiting forever. ``waiting`` reports each such wait.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bound_s: float | None = None,
+                 waiting: Callable[..., AbstractAsyncContextManager[None]] | None = None) -> None:
         self._tasks: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.bound_s = bound_s
+        self._waiting = waiting
 
     def running(self, key: str, kind: str) -> bool:
         task = self._tasks.get((key, kind))
@@ -81,10 +90,31 @@ class BackgroundTasks:
             coro.close()
             return False
         # background work answers to no turn: it never inherits the starting step's budget
-        task = asyncio.get_running_loop().create_task(beyond_the_turn(coro), name=f"langchain-om:{kind}:{key}")
+        task = asyncio.get_running_loop().create_task(beyond_the_turn(self._bounded(key, kind, coro)),
+                                                      name=f"langchain-om:{kind}:{key}")
         self._tasks[(key, kind)] = task
         task.add_done_callback(self._finished)
         return True
+
+    async def _bounded(self, key: str, kind: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        if self.bound_s is None:
+            return await coro
+        inner = asyncio.ensure_future(coro)  # its own task: waiting on it never swallows our cancel
+        try:
+            done, _ = await asyncio.wait({inner}, timeout=self.bound_s)
+        except asyncio.CancelledError:
+            inner.cancel()
+            await asyncio.wait({inner}, timeout=5.0)
+            raise
+        if inner in done:
+            return inner.result()
+        inner.cancel()
+        await asyncio.wait({inner}, timeout=5.0)
+        if self._waiting is not None:  # say which cycle hit its bound, and where
+            async with self._waiting(f"background-bound:{kind}", key, self.bound_s):
+                pass
+        raise TimeoutError(f"langchain-om background {kind} cycle ran past its bound of {self.bound_s:.0f} s "
+                           "and was cancelled (failure_policy.turn_budget sets it)")
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         for slot, current in list(self._tasks.items()):
@@ -99,8 +129,19 @@ class BackgroundTasks:
     async def wait(self, key: str | None = None) -> None:
         """Wait for running tasks (all, or those of one record), whichever event loop runs them:
         the sync twins start theirs on OM's private loop, so an async caller may wait for those."""
-        tasks = [t for (k, _), t in list(self._tasks.items()) if (key is None or k == key) and not t.done()]
-        await _on_their_loops(tasks, _gather_quietly)
+        running = [(k, kind, t) for (k, kind), t in list(self._tasks.items())
+                   if (key is None or k == key) and not t.done()]
+        if not running:
+            return
+        # a little past the tasks' own bound: a task that ignored its cancellation is given up on
+        limit = None if self.bound_s is None else self.bound_s + 5.0
+        if self._waiting is None:
+            await _on_their_loops([t for _, _, t in running], lambda group: _wait_group(group, limit))
+            return
+        k0, kind0, _ = running[0]
+        what = f"background-task:{kind0}" + (f" (+{len(running) - 1} more)" if len(running) > 1 else "")
+        async with self._waiting(what, k0, limit):
+            await _on_their_loops([t for _, _, t in running], lambda group: _wait_group(group, limit))
 
     async def aclose(self, *, timeout: float | None = 30.0, cancel: bool = False) -> None:
         """Wait up to ``timeout`` for running tasks (or cancel them at once), on whichever loop
@@ -133,8 +174,12 @@ async def _on_their_loops(
     await asyncio.gather(*runs, return_exceptions=True)
 
 
-async def _gather_quietly(tasks: list[asyncio.Task[Any]]) -> None:
-    await asyncio.gather(*tasks, return_exceptions=True)
+async def _wait_group(tasks: list[asyncio.Task[Any]], limit: float | None) -> None:
+    """Wait for the tasks (at most ``limit`` seconds); never raises their errors."""
+    _done, pending = await asyncio.wait(tasks, timeout=limit)
+    for task in pending:
+        logger.error("langchain-om background task %s still running after %.0f s: given up on (left running)",
+                     task.get_name(), limit or 0.0)
 
 
 async def _close_group(tasks: list[asyncio.Task[Any]], timeout: float | None, cancel: bool) -> None:

@@ -330,6 +330,14 @@ class FailurePolicyConfig(_Strict):
     def turn_budget_s(self) -> float | None:
         return None if self.turn_budget is False else float(self.turn_budget) / 1000.0
 
+    def background_bound_s(self) -> float:
+        """How long a background cycle (buffering, reflection) may run before it is cancelled:
+        twice the turn budget plus two lease ttls (140 s by default), 10 minutes without a
+        budget. A cycle is a few model calls within the same retry policy as a turn's, so one
+        still running past this waits on something that will not come."""
+        budget = self.turn_budget_s()
+        return (600.0 if budget is None else 2 * budget) + 2 * float(self.lease_ttl) / 1000.0
+
 
 class RetrievalConfig(_Strict):
     """The ``recall`` tool: browsing (and optionally searching) the raw messages behind observations.

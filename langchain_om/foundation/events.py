@@ -231,6 +231,29 @@ class TemporalMarkerData(_Data):
     text: str
 
 
+WaitPhase = Literal["start", "end"]
+
+
+class WaitData(_Data):
+    """An extension, for ``on_debug_event`` only (never streamed): OM waits for something.
+
+    ``waits_for`` names it (``record-lock``: another step or cycle of this process on the same
+    record; ``own-buffering``: this process's buffering cycle on the messages to observe;
+    ``lease:observe`` / ``lease:buffer``: another worker's cycle; ``background-task``: a cycle
+    ``await_background`` or shutdown waits for; ``background-bound``: a cycle cut off at its
+    bound). A ``start`` is sent only when the wait does not end at once; its ``end`` carries
+    ``waited_ms`` and ``outcome`` (``done``, ``timeout``, ``cancelled``)."""
+
+    wait_id: str
+    waits_for: str
+    phase: WaitPhase
+    record_key: str
+    started_at: str
+    waited_ms: float | None = None
+    outcome: str | None = None
+    bound_s: float | None = None
+
+
 class OMEvent(BaseModel):
     """Base of every data part. ``to_part()`` gives the wire shape ``{"type", "id", "data"[, "transient"]}``."""
 
@@ -326,6 +349,16 @@ class TemporalMarkerEvent(OMEvent):
         return f"om-temporal-marker:{self.data.message_id}"
 
 
+class WaitEvent(OMEvent):
+    type: Literal["data-om-wait"] = "data-om-wait"
+    data: WaitData
+    transient: ClassVar[bool] = True
+
+    @property
+    def part_id(self) -> str:
+        return f"om-wait:{self.data.wait_id}"
+
+
 EVENT_TYPES: dict[str, type[OMEvent]] = {
     cls.model_fields["type"].default: cls
     for cls in (
@@ -339,6 +372,7 @@ EVENT_TYPES: dict[str, type[OMEvent]] = {
         ActivationEvent,
         ThreadUpdateEvent,
         TemporalMarkerEvent,
+        WaitEvent,
     )
 }
 

@@ -32,7 +32,8 @@ import os
 import tempfile
 import threading
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -283,6 +284,36 @@ def _fingerprint(message: BaseMessage) -> str:
     return f"{length:x}-{crc:08x}"
 
 
+class LongTextCounts:
+    """The counts of the last few long texts counted (``SIZES`` bounds them).
+
+    The Observer's and Reflector's prompts are counted on every call, and most of each is the
+    same text every time (the instructions, the previous observations): counting it again cost
+    a few milliseconds of CPU per call. Short texts are not kept (messages cache their counts
+    in their metadata), nor very long ones (they are sampled, see ``oversize``)."""
+
+    MIN_CHARS, MAX_CHARS, ENTRIES = 1024, 65_536, 32
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()  # sync twins count on OM's loop thread and the caller's
+
+    def count(self, text: str, compute: Callable[[str], int]) -> int:
+        if not self.MIN_CHARS <= len(text) <= self.MAX_CHARS:
+            return compute(text)
+        with self._lock:
+            known = self._counts.get(text)
+            if known is not None:
+                self._counts.move_to_end(text)
+                return known
+        counted = compute(text)
+        with self._lock:
+            self._counts[text] = counted
+            while len(self._counts) > self.ENTRIES:
+                self._counts.popitem(last=False)
+        return counted
+
+
 class TokenCounter:
     """Counts tokens of text and messages; subclasses supply ``count_text``.
 
@@ -295,6 +326,7 @@ class TokenCounter:
 
     def __init__(self, *, provider: str | None = None) -> None:
         self.provider: ProviderFamily | None = normalize_provider(provider)
+        self._long_counts = LongTextCounts()
 
     def count_text(self, text: str) -> int:
         """Tokens of a plain string."""
@@ -423,7 +455,8 @@ class TiktokenCounter(TokenCounter):
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        return sampled_count(text, lambda part: len(self.encoding.encode_ordinary(part)))
+        return self._long_counts.count(text, lambda whole: sampled_count(
+            whole, lambda part: len(self.encoding.encode_ordinary(part))))
 
 
 class EstimatorCounter(TokenCounter):
@@ -432,7 +465,7 @@ class EstimatorCounter(TokenCounter):
     source = ESTIMATOR_SOURCE
 
     def count_text(self, text: str) -> int:
-        return sampled_count(text, estimate_tokens)
+        return self._long_counts.count(text, lambda whole: sampled_count(whole, estimate_tokens))
 
 
 def get_token_counter(

@@ -176,7 +176,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
 
     async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        async with self._tx() as cur:
+        async with self._one() as cur:
             return await self._select_thread(cur, resource_id, thread_id)
 
     async def aupdate_thread(
@@ -391,7 +391,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
         high = u.check_optional_count(before_seq, "before_seq")
         count = u.check_limit(limit)
         order = "DESC" if descending else "ASC"
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q(
                     f"SELECT {_MESSAGE_SELECT} FROM {{s}}.messages "
@@ -406,7 +406,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
         """The earliest message with this id among the resource's threads."""
         resource_id = check_resource_id(resource_id)
         message_id = check_id(message_id, "message_id")
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q(
                     f"SELECT {_MESSAGE_SELECT} FROM {{s}}.messages WHERE resource_id = %s AND id = %s "
@@ -424,7 +424,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
         wanted = u.check_message_ids(message_ids)
         if not wanted:
             return []
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(self._q(MESSAGES_BY_IDS_SQL), (thread_id, wanted))
             return [_message(row) for row in await cur.fetchall() if row["resource_id"] == resource_id]
 
@@ -434,7 +434,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
         """Rewrite an unobserved message in place, with its index entry; its stored vectors are
         dropped (the caller embeds the new text), so no search finds the old words."""
         resource_id, thread_id, new, _text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q(
                     "UPDATE {s}.messages SET data = %s, tokens = %s WHERE resource_id = %s AND thread_id = %s "
@@ -490,7 +490,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
 
     async def acount_messages(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q("SELECT COUNT(*) AS n FROM {s}.messages WHERE resource_id = %s AND thread_id = %s"),
                 (resource_id, thread_id),
@@ -500,7 +500,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
 
     async def alast_seq(self, resource_id: str, thread_id: str) -> int:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q(
                     "SELECT COALESCE(MAX(seq), 0) AS n FROM {s}.messages WHERE resource_id = %s AND thread_id = %s"

@@ -119,6 +119,22 @@ class PostgresConnection:
         return loop if loop is not None and not loop.is_closed() else None
 
     @asynccontextmanager
+    async def _one(self) -> AsyncIterator[Cursor]:
+        """One statement on a pooled connection, outside an explicit transaction: the pool's
+        connections are in autocommit, so the statement is its own transaction. One round trip
+        instead of three (BEGIN, statement, COMMIT) for the reads and single-statement writes
+        every step makes; each round trip costs Python CPU in psycopg and the event loop."""
+        if not self._setup_done:
+            await self.asetup()
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    yield cur
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    @asynccontextmanager
     async def _tx(self) -> AsyncIterator[Cursor]:
         """One transaction on a pooled connection; database errors surface as ``StoreError``."""
         await self.asetup()

@@ -54,7 +54,7 @@ class PostgresRecords(PostgresConnection):
 
     async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q("SELECT body FROM {s}.records WHERE key = %s AND resource_id = %s"),
                 (record_key(resource_id, thread_id), resource_id),
@@ -64,7 +64,7 @@ class PostgresRecords(PostgresConnection):
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q("SELECT version, updated_at AT TIME ZONE 'UTC' AS updated_at FROM {s}.records "
                         "WHERE key = %s AND resource_id = %s"),
@@ -80,7 +80,7 @@ class PostgresRecords(PostgresConnection):
         its session, and pooled connections outlive the worker step that took it. Expiry is the
         server's clock (``clock_timestamp()``), never a worker's: a host whose clock runs a minute
         ahead would otherwise take live leases, and one running behind would hand out dead ones."""
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q(
                     "INSERT INTO {s}.leases (name, owner, expires_at) "
@@ -95,7 +95,7 @@ class PostgresRecords(PostgresConnection):
 
     async def arelease_lease(self, name: str, owner: str) -> None:
         """Give the lease back (a no-op when ``owner`` no longer holds it)."""
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(self._q("DELETE FROM {s}.leases WHERE name = %s AND owner = %s"), (name, owner))
 
     async def acommit_record(
@@ -172,7 +172,7 @@ class PostgresRecords(PostgresConnection):
 
     async def aget_value(self, resource_id: str, namespace: str, key: str) -> Any | None:
         slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
-        async with self._tx() as cur:
+        async with self._one() as cur:
             await cur.execute(
                 self._q("SELECT value FROM {s}.kv WHERE resource_id = %s AND namespace = %s AND key = %s"), slot
             )
