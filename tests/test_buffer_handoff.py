@@ -67,3 +67,18 @@ async def test_a_cycle_cancelled_while_waiting_for_the_lock_leaves_it_usable() -
 
 async def test_nothing_running_is_over_at_once() -> None:
     assert await LockLoans().wait_for("k", None, 1.0)
+
+
+async def test_lock_loans_keep_no_entry_per_record_once_nobody_lends() -> None:
+    """A server that sees many records must not keep a loan event for each of them (issue 33:
+    every in-process cache is bounded); an entry lives only while a lender or borrower holds it."""
+    import gc
+
+    from langchain_om.engine.buffer_handoff import LockLoans
+
+    loans, lock = LockLoans(), asyncio.Lock()
+    for i in range(500):
+        async with loans.hold(f"user{i}\x1fthread{i}", lock):
+            pass
+    gc.collect()
+    assert len(loans._loans) == 0

@@ -16,6 +16,7 @@ meanwhile), and the step activates the chunk instead of paying again.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,7 +26,9 @@ class LockLoans:
     """Per (event loop, record key): whether the holder of the record's lock lends it right now."""
 
     def __init__(self) -> None:
-        self._loans: dict[tuple[int, str], asyncio.Event] = {}
+        # weak values: an entry lives while a lender or a borrower refers to it, so a long-running
+        # server does not keep one event per record it ever saw (an absent entry is an unset loan)
+        self._loans: weakref.WeakValueDictionary[tuple[int, str], asyncio.Event] = weakref.WeakValueDictionary()
 
     def _loan(self, key: str) -> asyncio.Event:
         slot = (id(asyncio.get_running_loop()), key)
