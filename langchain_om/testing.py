@@ -25,7 +25,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
 from .model_calls.language import conversation_language
-from .model_calls.note_wording import joined_notes, note_gist, terse_note
+from .model_calls.note_wording import Note, cut_note
 from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
 from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
 from .model_calls.relative_dates import with_absolute_date
@@ -262,9 +262,9 @@ class ScriptedObserverModel(_ScriptedBase):
     number or date, else 🟡) and one 🟢/🟡 "Assistant ..." bullet per assistant turn, under
     per-day Date headers, with the transcript's times, relative dates resolved at the end
     of the line ("(meaning 2026-03-13)"), ✅ on what was done, in the conversation's
-    language (English or Japanese). Reflector: dedupes, keeps Date headers and every 🔴
-    line, the newest 🟡 per day, drops 🟢; higher levels keep less but never a 🔴 line, and
-    the result is never longer than the input.
+    language (English or Japanese). Reflector: dedupes, one Date header per day, every 🔴
+    note at every level, the newest 🟡 per day, drops 🟢; higher levels drop 🟡 first, then cut
+    older days' notes at their tail ("…", never mid-word), and never return a longer log.
     """
 
     SCRIPTED_NOTICE: ClassVar[str] = (
@@ -363,65 +363,56 @@ class ScriptedLoopingModel(ScriptedObserverModel):
         return super()._reply(messages, index)
 
 
+_LEVEL_LIMITS: dict[int, tuple[int | None, int | None]] = {0: (None, None), 1: (None, None), 2: (100, None),
+                                                           3: (60, 140), 4: (48, 48)}
+"""Per level, how many characters a 🔴 note keeps on older days and on the newest day (None: whole).
+Level 4 is the scripted Reflector's own last resort when level 3 cannot shrink the log."""
+
+
 def condense_log(log: str, level: int = 0) -> str:
     """The scripted Reflector's rules, usable on their own (deterministic).
 
-    Every 🔴 line survives at every level with its names, numbers and dates (from level 2 on, a
-    day's 🔴 lines share one line, joined by "; "); levels drop 🟢 first, then older 🟡. The result
-    is never longer than ``log``: when nothing can be dropped or merged, the input comes back as it
-    was (and the engine, seeing no shrink, commits nothing)."""
-    days: list[tuple[str, list[tuple[str, str, str]]]] = []  # header, [(mark, time, text)]
+    Repeated notes go and a day's notes gather under one ``Date:`` header. Level 0 drops 🟢 and
+    keeps each day's newest 🟡; level 1 keeps a 🟡 only on the newest day; levels 2-3 also
+    shorten older days' 🔴 notes by cutting their tail at a word boundary ("…"). Every 🔴 note
+    survives at every level. A level that cannot shrink the log hands it to the next; the
+    result is never longer than ``log`` (unchanged when nothing can go)."""
+    days: dict[str, list[Note]] = {}
     seen: set[str] = set()
+    header = "Date: unknown"
     for raw in log.splitlines():
         line = raw.strip()
-        if not line:
-            continue
         if line.lower().startswith("date:"):
-            if not days or days[-1][0] != line:
-                days.append((line, []))
+            header = line
+            days.setdefault(header, [])
             continue
-        match = _BULLET_TIME_RE.match(line)
+        match = _BULLET_TIME_RE.match(line) if line else None
         if not match:
             continue
         mark, time_, text = match.group(1) or "🟡", match.group(2) or "", match.group(3).strip()
         key = re.sub(r"\W+", " ", text.lower()).strip()
-        if not key or key in seen:
-            continue
-        seen.add(key)
-        if not days:
-            days.append(("Date: unknown", []))
-        days[-1][1].append((mark, time_, text))
-
-    def fmt(mark: str, time_: str, text: str) -> str:
-        return f"* {mark} ({time_}) {text}" if time_ else f"* {mark} {text}"
-
-    last_day = len(days) - 1
+        if key and key not in seen:
+            seen.add(key)
+            days.setdefault(header, []).append((mark, time_, text))
+    older, newest = _LEVEL_LIMITS[level]
     blocks: list[str] = []
-    for day_index, (header, items) in enumerate(days):
-        reds = [i for i in items if i[0] == "🔴"]
+    for index, (header, items) in enumerate(days.items()):
+        last = index == len(days) - 1
         yellows = [i for i in items if i[0] == "🟡"]
-        if level == 0:
-            kept = [i for i in items if i[0] == "🔴" or (yellows and i is yellows[-1])]
-        elif level == 1:
-            kept = [terse_note(i) for i in reds] + ([_shortened(yellows[-1], 120)]
-                                                if yellows and day_index == last_day else [])
-        else:
-            squeeze = terse_note if level == 2 else note_gist
-            kept = [joined_notes([squeeze(i) for i in reds])] if len(reds) > 1 else [squeeze(i) for i in reds]
-            if level == 2 and yellows and day_index == last_day:
-                kept.append(_shortened(yellows[-1], 80))
+        keep_yellow = yellows[-1] if yellows and (level == 0 or (last and level < 4)) else None
+        limit = newest if last else older
+        kept = [cut_note(i, limit) if i[0] == "🔴" else cut_note(i, (None, 120, 100, 80, 80)[level])
+                for i in items if i[0] == "🔴" or i is keep_yellow]
         if kept:
-            blocks.append(header + "\n" + "\n".join(fmt(*item) for item in kept))
+            blocks.append(header + "\n" + "\n".join(_bullet(*item) for item in kept))
     text = "\n\n".join(blocks)
-    if level == 0 and text and len(text) >= len(log.strip()):
-        return condense_log(log, 1)  # nothing to drop: say the 🔴 lines in fewer words
-    if not text or len(text) >= len(log.strip()):
-        return log.strip()
-    return text
+    if text and len(text) < len(log.strip()):
+        return text
+    return condense_log(log, level + 1) if level < 4 else log.strip()
 
 
-def _shortened(item: tuple[str, str, str], limit: int) -> tuple[str, str, str]:
-    return item[0], item[1], _short(item[2], limit)
+def _bullet(mark: str, time_: str, text: str) -> str:
+    return f"* {mark} ({time_}) {text}" if time_ else f"* {mark} {text}"
 
 
 # --------------------------------------------------------------------------- agent

@@ -158,7 +158,7 @@ def test_demo_wording_fast_and_rerun(tmp_path: Path) -> None:
 def test_scripted_notes_never_cut_a_word(tmp_path: Path) -> None:
     _, result = _demo(tmp_path, fast=True)
     said = [" ".join(str(m.content).split()) for m in load_conversation() if m.type == "human"]
-    cut = [line.split("User said: ", 1)[1][:-1] for line in result.final_log.splitlines()
+    cut = [line.split("User said: ", 1)[1][:-1].rstrip() for line in result.final_log.splitlines()
            if "User said: " in line and line.endswith("…")]
     assert cut
     for prefix in cut:
@@ -171,3 +171,21 @@ def test_scripted_notes_never_cut_a_word(tmp_path: Path) -> None:
 def test_merge_repeated_dates() -> None:
     log = "Date: 2026-03-02 (Monday)\n* a\n\nDate: 2026-03-02 (Monday)\n* b\n\nDate: 2026-03-03 (Tuesday)\n* c"
     assert merge_repeated_dates(log) == "Date: 2026-03-02 (Monday)\n* a\n* b\n\nDate: 2026-03-03 (Tuesday)\n* c"
+
+
+def test_demo_says_when_a_reflection_is_pending() -> None:
+    from types import SimpleNamespace
+
+    from langchain_om.cli.demo import _pending_reflection
+
+    def status(tokens: int, buffered: str) -> object:
+        log = SimpleNamespace(tokens=tokens, threshold=1500)
+        reflection = SimpleNamespace(status=buffered)
+        return SimpleNamespace(windows=SimpleNamespace(active=SimpleNamespace(observations=log),
+                                                       buffered=SimpleNamespace(reflection=reflection)))
+
+    assert _pending_reflection(status(1500, "complete")) is None
+    ready = _pending_reflection(status(1827, "complete"))
+    assert ready and "(1827 tokens) is over its reflection threshold (1500)" in ready
+    assert "buffered reflection is ready" in ready
+    assert "the Reflector runs" in str(_pending_reflection(status(1827, "idle")))

@@ -1,45 +1,58 @@
-"""Saying an observation note in fewer words without losing what questions ask about.
+"""Shortening an observation note so that what is left still reads as the note said it.
 
-The Reflector may shorten a 🔴 note but never drop its names, numbers, dates or ✅ outcome. These
-rules do that deterministically for the scripted Reflector (``langchain_om.testing``): filler words
-go, then only a note's first words and every word carrying a number, a date or a name stay, and
-a day's notes may share one line. Notes are ``(mark, time, text)`` triples.
+The scripted Reflector (``langchain_om.testing``) shortens a note only by cutting its tail: the
+words it keeps are the note's own first words, in order, followed by "…". A cut never falls inside
+a word (English) and, in text written without spaces (Japanese), falls after 、or 。 when one is
+near the limit, else at a character. An absolute date the Observer put at the line's end
+("(meaning 2026-03-03)") is kept after the cut, since it is what questions about time ask for.
 """
 
 from __future__ import annotations
 
+import re
+
 Note = tuple[str, str, str]
+"""``(mark, time, text)`` of one bullet: ``("🔴", "09:00", "User said: ...")``."""
 
-_FILLER = frozenset(
-    "a an the and or but so that this these those to of on in at by with about just really very "
-    "also some any it it's is are was were be been am please said: said".split())
-
-
-def terse_note(item: Note) -> Note:
-    """A 🔴 note in fewer words: filler words go, every word with a digit, a capital or a mark stays
-    (names, numbers, dates, ✅), and so does all text without spaces (Japanese)."""
-    words = item[2].split()
-    kept = [w for i, w in enumerate(words) if i == 0 or w.lower() not in _FILLER or any(c.isdigit() for c in w)]
-    return item[0], item[1], " ".join(kept)
+_MEANING = re.compile(r"\s*\(meaning \d{4}-\d{2}-\d{2}\)$")
+_CJK_STOPS = "、。，．！？!?）」』"
+_TRIM = " ,;:、，"
 
 
-def note_gist(item: Note, head: int = 10) -> Note:
-    """A 🔴 note cut to its gist: its first ``head`` words, then only the words that carry a number
-    or a date (a digit) or a name (a capital not at a sentence's start), so none of those is lost."""
-    words = terse_note(item)[2].split()
-    if len(words) <= head:
-        return item[0], item[1], " ".join(words)
-    rest = [w for i, w in enumerate(words) if i >= head and (
-        any(c.isdigit() or c == "✅" for c in w) or w == "(meaning"
-        or (w[:1].isupper() and not words[i - 1].endswith((".", "!", "?")) and w.rstrip(".,!?;:") not in _PRONOUNS))]
-    return item[0], item[1], " ".join([*words[:head], "…", *rest]) if rest else " ".join(words[:head]) + " …"
+def cut_text(text: str, limit: int) -> str:
+    """``text`` on one line, at most about ``limit`` characters, cut at a word or clause boundary.
+
+    Returns ``text`` (whitespace flattened) when it already fits; otherwise its first words
+    followed by "…". A trailing "(meaning YYYY-MM-DD)" stays after the "…" (and does not count)."""
+    flat = " ".join(text.split())
+    meaning = _MEANING.search(flat)
+    body = flat[: meaning.start()] if meaning else flat
+    if len(body) <= limit:
+        return flat
+    cut = _cut_body(body, max(limit - 1, 1))
+    cut += " …" if cut.endswith((".", "!", "?")) else "…"  # "too. …": the note goes on, not the word
+    return f"{cut} {meaning.group(0).strip()}" if meaning else cut
 
 
-_PRONOUNS = frozenset({"I", "I'm", "I'll", "I've", "I'd"})
+def _cut_body(body: str, room: int) -> str:
+    head = body[:room]
+    if body[room: room + 1] in ("", " "):
+        return head.rstrip(_TRIM)  # the limit falls between two words
+    space = head.rfind(" ")
+    stop = max(head.rfind(c) for c in _CJK_STOPS)
+    if stop > space and stop >= room // 2:
+        return head[: stop + 1]  # Japanese: end on the nearest clause mark
+    if _is_cjk(body[room - 1]) or _is_cjk(body[room]):
+        return head.rstrip(_TRIM)  # text without spaces: a character boundary is a boundary
+    if space > 0:
+        return head[:space].rstrip(_TRIM)  # never cut a word in two
+    return head  # a single token longer than the limit
 
 
-def joined_notes(reds: list[Note]) -> Note:
-    """A day's 🔴 lines as one line, each kept whole (with its time), so nothing of them is lost."""
-    first = reds[0]
-    rest = "; ".join(f"({time_}) {text}" if time_ else text for _, time_, text in reds[1:])
-    return "🔴", first[1], f"{first[2]}; {rest}"
+def _is_cjk(char: str) -> bool:
+    return "\u3000" <= char <= "\u9fff" or "\uf900" <= char <= "\ufaff" or "\uff00" <= char <= "\uffef"
+
+
+def cut_note(note: Note, limit: int | None) -> Note:
+    """``note`` with its text cut to about ``limit`` characters (unchanged when ``limit`` is None)."""
+    return note if limit is None else (note[0], note[1], cut_text(note[2], limit))
