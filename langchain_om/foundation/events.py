@@ -245,13 +245,22 @@ class WaitData(_Data):
     ``waited_ms`` and ``outcome`` (``done``, ``timeout``, ``cancelled``)."""
 
     wait_id: str
+    """Id shared by the ``start`` and ``end`` of one wait."""
     waits_for: str
+    """What OM waits for: ``record-lock``, ``own-buffering``, ``lease:observe``, ``lease:buffer``,
+    ``background-task`` or ``background-bound``."""
     phase: WaitPhase
+    """``start`` (the wait did not end at once) or ``end``."""
     record_key: str
+    """The record (resource and thread) the wait is about."""
     started_at: str
+    """ISO 8601 time the wait began."""
     waited_ms: float | None = None
+    """On ``end``: how long it waited."""
     outcome: str | None = None
+    """On ``end``: ``done``, ``timeout`` or ``cancelled``."""
     bound_s: float | None = None
+    """The longest the wait may last, when it has a bound."""
 
 
 class OMEvent(BaseModel):
