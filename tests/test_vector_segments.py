@@ -8,6 +8,8 @@ Segments are made small here (``SEGMENT_ROWS`` patched) so a few dozen messages 
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -94,7 +96,7 @@ async def test_a_restart_finds_the_same_hits_as_the_full_scan(store: OMStore) ->
     segments = await segment_rows(store, "alice", index)
     if isinstance(store, SupportsVectorSegments):
         assert [rows for _, _, rows in segments] == [8] * 5
-        assert all(a[1] == b[0] for a, b in zip(segments, segments[1:], strict=False)), "they tile the range"
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(segments)), "they tile the range"
     await assert_restart_is_exact(store, "alice", ["t-a", "t-b"])
     # rows added after the segments: read from the table, found too, then persisted in turn
     more = await fill(store, "alice", ["t-c"], 11)

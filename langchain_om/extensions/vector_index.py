@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from langchain_core.embeddings import Embeddings
 
 from ..store.base import OMStore, VectorBatch, VectorItem, replace_lone_surrogates
@@ -187,24 +188,50 @@ class StoreVectorIndex:
             return []
         # in a worker thread: the product reads every row (~100 MB at 100k x 256), milliseconds the
         # event loop would otherwise stand still (numpy releases the GIL)
-        return await asyncio.to_thread(_top_k, resident, query_vector, k, thread_id)
+        unit = query_vector / (float(np.linalg.norm(query_vector)) or 1.0)
+        rows, scores, unsure = await asyncio.to_thread(_candidates, resident, unit, k, thread_id)
+        if len(unsure) and self._segments is not None:
+            scores = scores.copy()
+            found = await self._segments.aget_vectors_at(
+                resource_id, self.space, [int(p) for p in resident.positions[rows[unsure]]])
+            exact = dict(zip(found.positions, _exact_scores(found.vectors, unit), strict=True))
+            for at in unsure:
+                scores[at] = exact.get(int(resident.positions[rows[at]]), -np.inf)  # gone: deleted since
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [VectorHit(resident.threads[resident.thread_ords[rows[i]]], resident.message_id(int(rows[i])),
+                          float(scores[i])) for i in order if np.isfinite(scores[i])]
 
 
-def _top_k(resident: Resident, query_vector: Matrix, k: int, thread_id: str | None) -> list[VectorHit]:
-    norm = float(np.linalg.norm(query_vector))
-    scores, size = resident.scores(query_vector / (norm or 1.0))
+def _candidates(
+    resident: Resident, unit: Matrix, k: int, thread_id: str | None
+) -> tuple[npt.NDArray[np.intp], Matrix, npt.NDArray[np.intp]]:
+    """Rows that can be among the ``k`` best, their scores, and which of them (indexes into the
+    first array) are approximate (a segment's int8 codes): a row is left out only when even its
+    upper bound is below the ``k``-th best lower bound, so re-scoring the approximate ones
+    exactly gives exactly the top ``k`` of the float32 scan."""
+    scores, size = resident.scores(unit)
+    errors = resident.errors[:size]
     if thread_id is not None:
         wanted = resident.thread_index.get(thread_id)
         if wanted is None:
-            return []
+            return np.zeros(0, np.intp), np.zeros(0, np.float32), np.zeros(0, np.intp)
         scores = np.where(resident.thread_ords[:size] == wanted, scores, -np.inf)
     k = min(k, size)
     if k <= 0:
-        return []
-    top = np.argpartition(-scores, k - 1)[:k]
-    ordered = top[np.argsort(-scores[top], kind="stable")]
-    return [
-        VectorHit(resident.threads[resident.thread_ords[i]], resident.message_id(int(i)), float(scores[i]))
-        for i in ordered
-        if np.isfinite(scores[i])
-    ]
+        return np.zeros(0, np.intp), np.zeros(0, np.float32), np.zeros(0, np.intp)
+    lower = scores - errors
+    floor = lower[np.argpartition(-lower, k - 1)[k - 1]]
+    rows = np.flatnonzero((scores + errors >= floor) & np.isfinite(scores))
+    unsure = np.flatnonzero(errors[rows] > 0)
+    return rows, scores[rows], unsure
+
+
+def _exact_scores(blobs: Sequence[bytes], unit: Matrix) -> list[float]:
+    """Cosine scores of stored float32 rows, normalised as the table path does."""
+    width = unit.shape[0] * 4
+    if not blobs or any(len(blob) != width for blob in blobs):
+        return [_exact_scores([blob], unit)[0] if len(blob) == width else -np.inf for blob in blobs] if blobs else []
+    rows = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).astype(np.float32)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return [float(v) for v in (rows / norms) @ unit]

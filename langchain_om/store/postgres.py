@@ -52,7 +52,7 @@ from .postgres_schema import INSERT_SEARCH, Cursor, jsonb
 from .postgres_schema import MIGRATIONS as MIGRATIONS
 from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG
 from .postgres_search import search_messages
-from .postgres_vectors import PostgresVectorSegments, drop_stale_segments
+from .postgres_vectors import PostgresVectorSegments, drop_stale_segments, lock_vectors
 from .search import (
     check_space,
     check_vector_items,
@@ -278,6 +278,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
                     self._q(f"DELETE FROM {{s}}.{table} WHERE thread_id = %s AND resource_id = %s"),
                     (thread_id, resource_id),
                 )
+            await lock_vectors(cur, resource_id, shared=True)
             await cur.execute(
                 self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s RETURNING pos"),
                 (thread_id, resource_id),
@@ -445,6 +446,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
             if not cur.rowcount:
                 return False
             await self._reindex_message(cur, resource_id, thread_id, message_id, new.data, new.kind)
+            await lock_vectors(cur, resource_id, shared=True)
             await cur.execute(
                 self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND message_id = %s "
                         "AND resource_id = %s RETURNING pos"),
@@ -537,6 +539,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
         if not checked:
             return 0
         async with self._tx() as cur:
+            await lock_vectors(cur, resource_id, shared=True)  # no segment is written over a pending row
             await cur.executemany(
                 self._q(
                     "INSERT INTO {s}.message_vectors (resource_id, space, thread_id, message_id, vector) "

@@ -3,13 +3,24 @@ the transaction that deletes a row of their range."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
-from .base import check_resource_id
+from .base import VectorBatch, check_resource_id
 from .postgres_records import PostgresRecords
 from .postgres_schema import Cursor, Query
 from .search import check_space
-from .vector_segments import VectorSegment, check_segment, touched
+from .vector_segments import VectorSegment, check_positions, check_segment, touched
+
+
+async def lock_vectors(cur: Cursor, resource_id: str, *, shared: bool) -> None:
+    """A transaction lock on the resource's vectors: writers and deleters of rows take it shared,
+    a segment writer exclusive. So a segment's check (its range's rows) cannot race a deletion,
+    and as a ``BIGSERIAL`` pos is drawn before its row commits (a lower pos can become visible
+    after a higher one), no row can appear later inside a kept segment's range."""
+    digest = hashlib.blake2b(resource_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    mode = "_shared" if shared else ""
+    await cur.execute(f"SELECT pg_advisory_xact_lock{mode}(%s)", (int.from_bytes(digest, "big", signed=True),))
 
 
 async def drop_stale_segments(cur: Cursor, q: Query, resource_id: str, positions: Sequence[int]) -> None:
@@ -37,14 +48,23 @@ class PostgresVectorSegments(PostgresRecords):
         return [VectorSegment.model_construct(lo=r["lo"], hi=r["hi"], rows=r["rows"], pos_sum=r["pos_sum"],
                                               body=bytes(r["body"])) for r in rows]
 
+    async def aget_vectors_at(self, resource_id: str, space: str, positions: Sequence[int]) -> VectorBatch:
+        resource_id, space, wanted = check_resource_id(resource_id), check_space(space), check_positions(positions)
+        async with self._tx() as cur:
+            await cur.execute(
+                self._q("SELECT pos, thread_id, message_id, vector FROM {s}.message_vectors "
+                        "WHERE pos = ANY(%s) AND resource_id = %s AND space = %s ORDER BY pos"),
+                (wanted, resource_id, space), binary=True)
+            rows = await cur.fetchall()
+        return VectorBatch.of([(r["pos"], r["thread_id"], r["message_id"], r["vector"]) for r in rows])
+
     async def aput_vector_segment(self, resource_id: str, space: str, segment: VectorSegment) -> bool:
         resource_id, space, segment = check_segment(resource_id, space, segment)
         async with self._tx() as cur:
-            # FOR SHARE: a concurrent deletion of a row in the range waits for this commit (and then
-            # drops the segment), or this reads the range after the deletion committed (and refuses)
+            await lock_vectors(cur, resource_id, shared=False)
             await cur.execute(
                 self._q("SELECT pos FROM {s}.message_vectors WHERE resource_id = %s AND space = %s "
-                        "AND pos > %s AND pos <= %s FOR SHARE"),
+                        "AND pos > %s AND pos <= %s"),
                 (resource_id, space, segment.lo, segment.hi))
             positions = [int(r["pos"]) for r in await cur.fetchall()]
             if (len(positions), sum(positions)) != (segment.rows, segment.pos_sum):

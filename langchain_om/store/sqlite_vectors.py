@@ -3,14 +3,15 @@ transaction that deletes a row of their range."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 
-from .base import check_resource_id
+from .base import VectorBatch, check_resource_id
 from .search import check_space
 from .sqlite_connection import immediate
 from .sqlite_records import SQLiteRecords
-from .vector_segments import VectorSegment, check_segment, touched
+from .vector_segments import VectorSegment, check_positions, check_segment, touched
 
 
 def drop_stale_segments(conn: sqlite3.Connection, resource_id: str, positions: Sequence[int]) -> None:
@@ -34,6 +35,18 @@ class SQLiteVectorSegments(SQLiteRecords):
                 "SELECT lo, hi, rows, pos_sum, body FROM vector_segments WHERE resource_id = ? AND space = ? "
                 "ORDER BY lo", (resource_id, space)).fetchall()
             return [VectorSegment.model_construct(lo=r[0], hi=r[1], rows=r[2], pos_sum=r[3], body=r[4]) for r in rows]
+
+        return await self._run(run)
+
+    async def aget_vectors_at(self, resource_id: str, space: str, positions: Sequence[int]) -> VectorBatch:
+        resource_id, space, wanted = check_resource_id(resource_id), check_space(space), check_positions(positions)
+
+        def run(conn: sqlite3.Connection) -> VectorBatch:
+            rows = conn.execute(
+                "SELECT pos, thread_id, message_id, vector FROM message_vectors WHERE pos IN "
+                "(SELECT value FROM json_each(?)) AND resource_id = ? AND space = ? ORDER BY pos",
+                (json.dumps(wanted), resource_id, space)).fetchall()
+            return VectorBatch.of(rows)
 
         return await self._run(run)
 

@@ -15,12 +15,13 @@ reader (``extensions/vector_index``); the store only keeps it, scoped by resourc
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from .base import InvalidStoreInput, check_resource_id
+from .base import InvalidStoreInput, VectorBatch, check_resource_id
 from .search import check_space
 
 
@@ -44,6 +45,9 @@ class SupportsVectorSegments(Protocol):
     async def aget_vector_segments(self, resource_id: str, space: str) -> list[VectorSegment]:
         """The resource's segments in ``space``, by ``lo``."""
 
+    async def aget_vectors_at(self, resource_id: str, space: str, positions: Sequence[int]) -> VectorBatch:
+        """The resource's rows at ``positions`` in ``space`` (those still stored), in ``pos`` order."""
+
     async def aput_vector_segment(self, resource_id: str, space: str, segment: VectorSegment) -> bool:
         """Keep ``segment`` if the rows stored in its range match its ``rows`` and ``pos_sum`` and no
         other segment overlaps it; returns whether it was kept."""
@@ -58,6 +62,20 @@ def check_segment(resource_id: str, space: str, segment: VectorSegment) -> tuple
     if not 0 <= segment.lo < segment.hi or segment.rows < 0 or segment.pos_sum < 0:
         raise InvalidStoreInput("segment", "needs 0 <= lo < hi and non-negative rows and pos_sum")
     return resource_id, space, segment
+
+
+def check_positions(positions: Sequence[int]) -> list[int]:
+    """``aget_vectors_at``'s positions, checked (at most 10,000 per call; numpy ints welcome)."""
+    if isinstance(positions, (str, bytes)) or len(positions) > 10_000:
+        raise InvalidStoreInput("positions", "must be a sequence of at most 10,000 ints")
+    try:
+        return [operator.index(pos) for pos in positions if not isinstance(pos, bool) or _no_bool()]
+    except TypeError:
+        raise InvalidStoreInput("positions", "must hold ints") from None
+
+
+def _no_bool() -> bool:
+    raise TypeError("bool")
 
 
 def touched(bounds: Sequence[tuple[str, int, int]], positions: Iterable[int]) -> set[tuple[str, int]]:
