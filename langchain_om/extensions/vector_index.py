@@ -15,10 +15,12 @@ least recently used first out) and brought up to date on each search from the st
 an edited message) reloads the resource. numpy is why it is a runtime dependency.
 
 After a restart, reading 100k rows one by one took seconds. Stores that keep vector segments
-(``store.vector_segments``: SQLite, PostgreSQL) hold the same normalised rows as blobs of
-``SEGMENT_ROWS`` rows each, written by the searches themselves; a load reads the segments and
-only the rows no segment holds. A deletion drops the segments of its rows in its transaction,
-so a segment never returns a deleted or edited message's vector. See docs/search.md.
+(``store.vector_segments``: SQLite, PostgreSQL) hold the normalised rows as int8 codes in blobs
+of ``SEGMENT_ROWS`` rows each, written by the searches themselves; a load reads the segments
+and only the rows no segment holds. The rows whose error bound reaches the k-th best are
+re-scored from the table, so hits are exactly the float32 scan's. A deletion drops the
+segments of its rows in its transaction, so a segment never returns a deleted or edited
+message's vector. See docs/search.md.
 """
 
 from __future__ import annotations
