@@ -41,9 +41,9 @@ from .vector_resident import Matrix, Resident
 
 DEFAULT_CACHED_RESOURCES = 4
 _LOAD_BATCH = 20_000
-SEGMENT_ROWS = 1024
-"""Rows per persisted segment (1 MB at 256 dimensions): after a restart at most this many rows
-(plus any range a deletion invalidated) are read row by row from the table."""
+SEGMENT_ROWS = 512
+"""Rows per persisted segment (128 KB of int8 codes at 256 dimensions): after a restart fewer
+than this many rows (plus any range a deletion reopened) are read row by row from the table."""
 
 
 def embedding_space(embeddings: Embeddings) -> str:

@@ -49,7 +49,7 @@ def _grow(array: npt.NDArray[np.generic], needed: int) -> npt.NDArray[np.generic
 @dataclass
 class _Block:
     """Rows ``[start, start + size)`` of the resident; ``owned`` blocks grow (exact rows from the
-    table), segment blocks do not (int8 ``codes`` times ``scale``, dequantised at first use)."""
+    table), segment blocks do not (int8 ``codes`` times ``scale``)."""
 
     start: int
     matrix: Matrix | None
@@ -57,6 +57,15 @@ class _Block:
     owned: bool
     codes: npt.NDArray[np.int8] | None = None
     scale: Matrix | None = None
+
+    def score(self, query: Matrix, size: int) -> Matrix:
+        """Scores of the first ``size`` rows. A segment's codes are widened one block at a time
+        (a small temporary the allocator reuses) and never kept as float32: measured at 100k x 256,
+        that scores in ~7 ms where widening every segment once took 20-90 ms (fresh pages) and
+        four times the memory."""
+        if self.codes is None or self.scale is None:
+            return self.rows()[:size] @ query
+        return (self.codes[:size].astype(np.float32) @ query) * self.scale[:size]
 
     def rows(self) -> Matrix:
         if self.matrix is None:
@@ -205,6 +214,6 @@ class Resident:
         """Cosine scores of every row against the normalised ``query`` (a snapshot of the blocks:
         rows another search appends meanwhile are not read half-written)."""
         blocks = [(b, b.size) for b in self.blocks]
-        parts = [block.rows()[:size] @ query for block, size in blocks]
+        parts = [block.score(query, size) for block, size in blocks]
         scores = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
         return scores.astype(np.float32, copy=False), int(scores.shape[0])
