@@ -170,3 +170,19 @@ async def test_a_segment_is_checked_before_it_is_kept(store: OMStore) -> None:
         await store.aput_vector_segment("alice", index.space, right.model_copy(update={"lo": hi}))
     # a body this version cannot read is skipped: its range comes from the table, exactly
     await assert_restart_is_exact(store, "alice", ["t-a"])
+
+
+async def test_many_equal_messages_are_all_rescored_and_ranked_like_the_full_scan(
+        store: OMStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vector_index, "_RESCORE_BATCH", 4)  # candidates fetched in several calls
+    index = StoreVectorIndex(store, DeterministicFakeEmbedding(size=DIM))
+    for i in range(40):
+        mid = f"m{i}"
+        words = "ok" if i % 4 else f"はい、了解です {i}"  # 30 messages with the very same vector
+        await store.aappend_messages("alice", "t-a", [NewMessage(
+            id=mid, data=message_to_dict(HumanMessage(words, id=mid)))])
+        await index.aadd("alice", "t-a", [(mid, words)])
+    await index.asearch("alice", "ok", k=1)  # writes the segments
+    fresh = StoreVectorIndex(store, DeterministicFakeEmbedding(size=DIM))
+    for k in (5, 30, 40):
+        assert await found(fresh, "alice", "ok", k) == await exact(store, fresh, "alice", "ok", k), k

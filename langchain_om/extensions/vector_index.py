@@ -41,6 +41,7 @@ from .vector_resident import Matrix, Resident
 
 DEFAULT_CACHED_RESOURCES = 4
 _LOAD_BATCH = 20_000
+_RESCORE_BATCH = 5_000
 SEGMENT_ROWS = 512
 """Rows per persisted segment (128 KB of int8 codes at 256 dimensions): after a restart fewer
 than this many rows (plus any range a deletion reopened) are read row by row from the table."""
@@ -192,16 +193,23 @@ class StoreVectorIndex:
         # event loop would otherwise stand still (numpy releases the GIL)
         unit = query_vector / (float(np.linalg.norm(query_vector)) or 1.0)
         rows, scores, unsure = await asyncio.to_thread(_candidates, resident, unit, k, thread_id)
+        # the candidates' final scores, all computed one way (float32 rows, float64 sums), so equal
+        # rows ("ok" said 30 times) tie exactly and keep their stored order, as in the full scan
+        exact = np.full(len(rows), -np.inf)
+        sure = np.setdiff1d(np.arange(len(rows)), unsure, assume_unique=True)
+        if len(sure):
+            exact[sure] = resident.exact_rows(rows[sure]).astype(np.float64) @ unit.astype(np.float64)
         if len(unsure) and self._segments is not None:
-            scores = scores.copy()
-            found = await self._segments.aget_vectors_at(
-                resource_id, self.space, [int(p) for p in resident.positions[rows[unsure]]])
-            exact = dict(zip(found.positions, _exact_scores(found.vectors, unit), strict=True))
-            for at in unsure:
-                scores[at] = exact.get(int(resident.positions[rows[at]]), -np.inf)  # gone: deleted since
-        order = np.argsort(-scores, kind="stable")[:k]
+            wanted = [int(p) for p in resident.positions[rows[unsure]]]
+            fetched: dict[int, float] = {}
+            for start in range(0, len(wanted), _RESCORE_BATCH):  # many equal rows ("ok") can all be candidates
+                found = await self._segments.aget_vectors_at(resource_id, self.space,
+                                                             wanted[start:start + _RESCORE_BATCH])
+                fetched.update(zip(found.positions, _exact_scores(found.vectors, unit), strict=True))
+            exact[unsure] = [fetched.get(pos, -np.inf) for pos in wanted]  # missing: deleted since
+        order = np.argsort(-exact, kind="stable")[:k]
         return [VectorHit(resident.threads[resident.thread_ords[rows[i]]], resident.message_id(int(rows[i])),
-                          float(scores[i])) for i in order if np.isfinite(scores[i])]
+                          float(exact[i])) for i in order if np.isfinite(exact[i])]
 
 
 def _candidates(
@@ -221,9 +229,10 @@ def _candidates(
     k = min(k, size)
     if k <= 0:
         return np.zeros(0, np.intp), np.zeros(0, np.float32), np.zeros(0, np.intp)
-    lower = scores - errors
+    bound = errors + np.float32(1e-6)  # every row: float32 rounding of its own score
+    lower = scores - bound
     floor = lower[np.argpartition(-lower, k - 1)[k - 1]]
-    rows = np.flatnonzero((scores + errors >= floor) & np.isfinite(scores))
+    rows = np.flatnonzero((scores + bound >= floor) & np.isfinite(scores))
     unsure = np.flatnonzero(errors[rows] > 0)
     return rows, scores[rows], unsure
 
@@ -236,4 +245,5 @@ def _exact_scores(blobs: Sequence[bytes], unit: Matrix) -> list[float]:
     rows = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).astype(np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return [float(v) for v in (rows / norms) @ unit]
+    rows /= norms
+    return [float(v) for v in rows.astype(np.float64) @ unit.astype(np.float64)]

@@ -203,6 +203,15 @@ class Resident:
                 out.append(block.rows()[low - block.start: high - block.start].astype(np.float64))
         return out
 
+    def exact_rows(self, rows: npt.NDArray[np.intp]) -> Matrix:
+        """The normalised float32 rows at ``rows`` (rows read from the table, not codes)."""
+        starts = [block.start for block in self.blocks]
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        for i, row in enumerate(rows):
+            block = self.blocks[bisect.bisect_right(starts, int(row)) - 1]
+            out[i] = block.rows()[int(row) - block.start]
+        return out
+
     def message_id(self, row: int) -> str:
         chunk = bisect.bisect_right(self.id_starts, row) - 1
         ids = self.id_chunks[chunk]
