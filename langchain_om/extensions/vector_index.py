@@ -192,7 +192,7 @@ class StoreVectorIndex:
         # in a worker thread: the product reads every row (~100 MB at 100k x 256), milliseconds the
         # event loop would otherwise stand still (numpy releases the GIL)
         unit = query_vector / (float(np.linalg.norm(query_vector)) or 1.0)
-        rows, scores, unsure = await asyncio.to_thread(_candidates, resident, unit, k, thread_id)
+        rows, unsure = await asyncio.to_thread(_candidates, resident, unit, k, thread_id)
         # the candidates' final scores, all computed one way (float32 rows, float64 sums), so equal
         # rows ("ok" said 30 times) tie exactly and keep their stored order, as in the full scan
         exact = np.full(len(rows), -np.inf)
@@ -214,9 +214,9 @@ class StoreVectorIndex:
 
 def _candidates(
     resident: Resident, unit: Matrix, k: int, thread_id: str | None
-) -> tuple[npt.NDArray[np.intp], Matrix, npt.NDArray[np.intp]]:
-    """Rows that can be among the ``k`` best, their scores, and which of them (indexes into the
-    first array) are approximate (a segment's int8 codes): a row is left out only when even its
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Rows that can be among the ``k`` best, and which of them (indexes into the first array)
+    are approximate (a segment's int8 codes): a row is left out only when even its
     upper bound is below the ``k``-th best lower bound, so re-scoring the approximate ones
     exactly gives exactly the top ``k`` of the float32 scan."""
     scores, size = resident.scores(unit)
@@ -224,17 +224,16 @@ def _candidates(
     if thread_id is not None:
         wanted = resident.thread_index.get(thread_id)
         if wanted is None:
-            return np.zeros(0, np.intp), np.zeros(0, np.float32), np.zeros(0, np.intp)
+            return np.zeros(0, np.intp), np.zeros(0, np.intp)
         scores = np.where(resident.thread_ords[:size] == wanted, scores, -np.inf)
     k = min(k, size)
     if k <= 0:
-        return np.zeros(0, np.intp), np.zeros(0, np.float32), np.zeros(0, np.intp)
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
     bound = errors + np.float32(1e-6)  # every row: float32 rounding of its own score
     lower = scores - bound
     floor = lower[np.argpartition(-lower, k - 1)[k - 1]]
     rows = np.flatnonzero((scores + bound >= floor) & np.isfinite(scores))
-    unsure = np.flatnonzero(errors[rows] > 0)
-    return rows, scores[rows], unsure
+    return rows, np.flatnonzero(errors[rows] > 0)
 
 
 def _exact_scores(blobs: Sequence[bytes], unit: Matrix) -> list[float]:
