@@ -10,6 +10,7 @@ SECTIONS = (
     "storage",
     "search",
     "search_languages",
+    "vector_restart",
     "scale",
     "branches",
     "wirings",

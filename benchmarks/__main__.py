@@ -32,6 +32,7 @@ from . import (
     step_cost,
     storage,
     token_counting,
+    vector_restart,
     wirings,
 )
 from .common import RESULTS_DIR, write_result
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     timings: dict[str, float] = {}
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
-               "search_languages": search_languages, "scale": scale, "branches": branches, "wirings": wirings,
+               "search_languages": search_languages, "vector_restart": vector_restart,
+               "scale": scale, "branches": branches, "wirings": wirings,
                "reflector_spend": reflector_spend, "import_time": import_time, "load": load}
     collected = None
     for name in SECTIONS:

@@ -26,6 +26,7 @@ from benchmarks import (
     step_cost,
     storage,
     token_counting,
+    vector_restart,
     wirings,
 )
 from benchmarks.common import conversation, percentile, summary, turn_messages
@@ -212,6 +213,18 @@ def test_search_quick_sqlite_only() -> None:
     assert payload["backends"]["postgres"] == {"skipped": "--no-pg"}
     assert set(payload["target"]) == {"sqlite keyword p95 < 50 ms", "sqlite semantic p95 < 100 ms"}
     assert "Search:" in search.report(payload)
+
+
+def test_vector_restart_quick_sqlite_only() -> None:
+    payload = vector_restart.run(_ns(vector_restart, vector_messages=1200, vector_threads=3, vector_dim=16,
+                                     vector_queries=4, no_pg=True))
+    sqlite = payload["backends"]["sqlite"]
+    assert sqlite["same_top_hits"], "the segments and the table scan find the same hits"
+    for load in ("table_scan", "segmented"):
+        assert sqlite[load]["loaded"] == 1200 and sqlite[load]["queries_ms"]["n"] == 4
+    assert sqlite["segments"]["rows"] == 1024 and sqlite["segments"]["count"] == 2  # 176 rows left in the table
+    assert payload["backends"]["postgres"] == {"skipped": "--no-pg"}
+    assert "after a restart" in vector_restart.report(payload)
 
 
 def test_search_languages_quick_sqlite_only() -> None:

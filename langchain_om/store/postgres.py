@@ -48,11 +48,11 @@ from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
 from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .postgres_records import OBSERVED_THROUGH_SQL as OBSERVED_THROUGH_SQL
-from .postgres_records import PostgresRecords
 from .postgres_schema import INSERT_SEARCH, Cursor, jsonb
 from .postgres_schema import MIGRATIONS as MIGRATIONS
 from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG
 from .postgres_search import search_messages
+from .postgres_vectors import PostgresVectorSegments, drop_stale_segments, lock_vectors
 from .search import (
     check_space,
     check_vector_items,
@@ -120,7 +120,7 @@ def _search_entries(
     text = search_text(data, kind)
     return [(resource_id, thread_id, message_id, text)] if text else []
 
-class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords):
+class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSegments):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
 
     @classmethod
@@ -278,11 +278,12 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
                     self._q(f"DELETE FROM {{s}}.{table} WHERE thread_id = %s AND resource_id = %s"),
                     (thread_id, resource_id),
                 )
+            await lock_vectors(cur, resource_id, shared=True)
             await cur.execute(
-                self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s"),
+                self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND resource_id = %s RETURNING pos"),
                 (thread_id, resource_id),
             )
-            await self._count_vector_deletions(cur, resource_id, cur.rowcount)
+            await self._count_vector_deletions(cur, resource_id, [int(r["pos"]) for r in await cur.fetchall()])
             await cur.execute(
                 self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
             )
@@ -445,17 +446,20 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
             if not cur.rowcount:
                 return False
             await self._reindex_message(cur, resource_id, thread_id, message_id, new.data, new.kind)
+            await lock_vectors(cur, resource_id, shared=True)
             await cur.execute(
                 self._q("DELETE FROM {s}.message_vectors WHERE thread_id = %s AND message_id = %s "
-                        "AND resource_id = %s"),
+                        "AND resource_id = %s RETURNING pos"),
                 (thread_id, message_id, resource_id),
             )
-            await self._count_vector_deletions(cur, resource_id, cur.rowcount)
+            await self._count_vector_deletions(cur, resource_id, [int(r["pos"]) for r in await cur.fetchall()])
             return True
 
-    async def _count_vector_deletions(self, cur: Cursor, resource_id: str, dropped: int) -> None:
-        """Count dropped vectors, so a cached copy of the resource's vectors reloads."""
-        if dropped > 0:
+    async def _count_vector_deletions(self, cur: Cursor, resource_id: str, positions: list[int]) -> None:
+        """Count dropped vectors, so a cached copy of the resource's vectors reloads, and drop the
+        segments that held them."""
+        if dropped := len(positions):
+            await drop_stale_segments(cur, self._q, resource_id, positions)
             await cur.execute(
                 self._q("INSERT INTO {s}.vector_deletions (resource_id, deleted) VALUES (%s, %s) ON CONFLICT "
                         "(resource_id) DO UPDATE SET deleted = {s}.vector_deletions.deleted + excluded.deleted"),
@@ -535,6 +539,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresRecords)
         if not checked:
             return 0
         async with self._tx() as cur:
+            await lock_vectors(cur, resource_id, shared=True)  # no segment is written over a pending row
             await cur.executemany(
                 self._q(
                     "INSERT INTO {s}.message_vectors (resource_id, space, thread_id, message_id, vector) "

@@ -183,6 +183,20 @@ _OBSERVED_THROUGH_V6 = [
     " (SELECT MAX(m.seq) FROM {s}.messages AS m WHERE m.thread_id = t.thread_id), 0)",
     "DROP INDEX IF EXISTS {s}.messages_unobserved",
 ]
+# v8: vector segments (``store/vector_segments``): a restart reads a resource's embeddings as a few
+# large blobs; EXTERNAL storage, as float32 bytes do not compress (kept in one place for merges)
+_VECTOR_SEGMENTS_V8 = [
+    "CREATE TABLE IF NOT EXISTS {s}.vector_segments ("
+    " resource_id TEXT NOT NULL,"
+    " space TEXT NOT NULL,"
+    " lo BIGINT NOT NULL,"
+    " hi BIGINT NOT NULL,"
+    " rows BIGINT NOT NULL,"
+    " pos_sum BIGINT NOT NULL,"
+    " body BYTEA NOT NULL,"
+    " PRIMARY KEY (resource_id, space, lo))",
+    "ALTER TABLE {s}.vector_segments ALTER COLUMN body SET STORAGE EXTERNAL",
+]
 MIGRATIONS: dict[int, list[str] | Callable[[Query, Cursor], Awaitable[None]]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
@@ -191,6 +205,7 @@ MIGRATIONS: dict[int, list[str] | Callable[[Query, Cursor], Awaitable[None]]] = 
     5: _LEASES_V5,
     6: _OBSERVED_THROUGH_V6,
     7: _CJK_INDEX_V7,  # empty; PostgresConnection backfills it in batches after the migration commits
+    8: _VECTOR_SEGMENTS_V8,
 }
 
 

@@ -64,9 +64,9 @@ from .sqlite_cjk import delete_cjk_thread, index_cjk_message, replace_cjk_messag
 from .sqlite_connection import immediate
 from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
-from .sqlite_records import SQLiteRecords
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
 from .sqlite_search import search_messages
+from .sqlite_vectors import SQLiteVectorSegments, drop_stale_segments
 from .thread_summaries import SQLiteThreadListing
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
@@ -100,7 +100,7 @@ def _message(row: sqlite3.Row) -> StoredMessage:
     )
 
 
-class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteRecords):
+class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
     """``OMStore`` on a SQLite file; safe for several stores and processes on the same file."""
 
     def __repr__(self) -> str:
@@ -302,8 +302,11 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteRecords):
         """Forget stored embeddings (of messages ``ids``, or the whole thread's), counted as
         deletions so a cached copy of the resource's vectors reloads."""
         only = "" if ids is None else f" AND message_id IN ({', '.join('?' * len(ids))})"
-        dropped = conn.execute(f"DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?{only}",
-                               (thread_id, resource_id, *(ids or ()))).rowcount
+        positions = [int(row[0]) for row in conn.execute(
+            f"DELETE FROM message_vectors WHERE thread_id = ? AND resource_id = ?{only} RETURNING pos",
+            (thread_id, resource_id, *(ids or ()))).fetchall()]
+        dropped = len(positions)
+        drop_stale_segments(conn, resource_id, positions)
         if dropped:
             conn.execute(
                 "INSERT INTO vector_deletions (resource_id, deleted) VALUES (?, ?) ON CONFLICT (resource_id) "

@@ -200,6 +200,28 @@ def _migrate_v7(conn: sqlite3.Connection) -> None:
         create_cjk_index(conn)
 
 
+# v8: vector segments (kept in one place, so a later migration merges beside it)
+VECTOR_SEGMENTS_V8 = """
+CREATE TABLE IF NOT EXISTS vector_segments (
+    resource_id TEXT NOT NULL,
+    space       TEXT NOT NULL,
+    lo          INTEGER NOT NULL,
+    hi          INTEGER NOT NULL,
+    rows        INTEGER NOT NULL,
+    pos_sum     INTEGER NOT NULL,
+    body        BLOB NOT NULL,
+    PRIMARY KEY (resource_id, space, lo)
+);
+"""
+
+
+def _migrate_v8(conn: sqlite3.Connection) -> None:
+    """Vector segments: a restart reads a resource's embeddings as a few large blobs
+    (``store/vector_segments``); empty, written by the first searches."""
+    for statement in split_statements(VECTOR_SEGMENTS_V8):
+        conn.execute(statement)
+
+
 MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     1: _SCHEMA_V1,
     2: _move_implicit_resources,
@@ -208,6 +230,7 @@ MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     5: _LEASES_V5,
     6: _NOTHING_V6,
     7: _migrate_v7,
+    8: _migrate_v8,
 }
 
 
