@@ -521,12 +521,11 @@ def test_whole_conversations_keep_every_invariant(machine: Any) -> None:
     run_state_machine_as_test(machine, settings=fuzz_settings())
 
 
-@pytest.mark.xfail(strict=True, reason="open defect found by the fuzzer (issue 30 item 13): a worker that cached a "
-                   "message keeps its old text after another worker edited it in place")
 async def test_a_second_worker_sees_an_edit_made_by_the_first() -> None:
-    """Shrunk from a fuzzer failure: worker 2 cached ``a2``; worker 1 rewrote it in place (unobserved
-    edit); worker 2's next steps still show the retracted text and count its old tokens, although
-    the caller passed the edited message to it too. Strict xfail: it fails loudly once fixed."""
+    """Shrunk from a fuzzer failure: both workers got ``a2`` in one step and the first stored it, so
+    the second never learnt it was stored; after the first rewrote it in place (an unobserved
+    edit), the second kept showing the retracted text and counting its old tokens, although the
+    caller passed it the edited message too."""
     from langchain_om.store import InMemoryStore
 
     store, observer = InMemoryStore(), SwitchableObserver()

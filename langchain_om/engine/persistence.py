@@ -94,6 +94,7 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         await listener(core, resource_id, thread_id, inserted)
     known.update(known_from_rows(inserted))  # fingerprints the counter just stored in each row
     by_id = {m.id: m for m in fresh if m.id}
+    await _learn_skipped(core, resource_id, thread_id, rows, inserted, known, by_id, inputs)
     for row in inserted:
         sent = by_id.get(row.id)
         if sent is not None:
@@ -140,6 +141,25 @@ async def _aknown(core: EngineCore, resource_id: str, thread_id: str, ids: list[
                 return {f.id: make(KnownMessage, (f.value, f.seq)) for f in fields}
     found = await store.aget_messages_by_ids(resource_id, thread_id, ids)
     return known_from_rows(sorted(found, key=lambda row: row.seq))
+
+
+async def _learn_skipped(core: EngineCore, resource_id: str, thread_id: str, rows: Sequence[NewMessage],
+                         inserted: Sequence[StoredMessage], known: dict[str, KnownMessage],
+                         sent: dict[str, BaseMessage], inputs: StepInputs) -> None:
+    """Rows the store skipped because another worker stored them first become known here, as
+    stored: otherwise this worker would never see a later edit of them (the message is not
+    "known", so a changed copy looks new and is skipped again) and would keep showing the old
+    text. A copy that differs from the stored row is an edit, applied like any other."""
+    if len(inserted) == len(rows):
+        return
+    taken = {row.id for row in inserted}
+    skipped = [row.id for row in rows if row.id not in taken]
+    stored = await core.store.aget_messages_by_ids(resource_id, thread_id, skipped)
+    known.update(known_from_rows(stored))
+    for row in stored:
+        message = sent.get(row.id)
+        if message is not None and message_fingerprint(message) != known[row.id].fingerprint:
+            inputs.edited.append(message)
 
 
 async def asettle(core: EngineCore, step: StepState, record: OMRecord, inputs: StepInputs) -> OMRecord:
