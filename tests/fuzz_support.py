@@ -34,7 +34,7 @@ _COMMON: dict[str, Any] = {
     "database": None,  # a run never depends on an earlier one's examples: what CI saw is reproducible
     "derandomize": False,
 }
-settings.register_profile("om-fuzz-ci", max_examples=10, stateful_step_count=16, **_COMMON)
+settings.register_profile("om-fuzz-ci", max_examples=20, stateful_step_count=20, **_COMMON)
 settings.register_profile("om-fuzz-long", max_examples=300, stateful_step_count=60, **_COMMON)
 
 
