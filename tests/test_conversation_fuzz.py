@@ -546,3 +546,32 @@ async def test_a_second_worker_sees_an_edit_made_by_the_first() -> None:
     assert [text_of(m) for m in ctx.messages] == ["first question", "short", "next"]
     rows = await store.aget_messages(RESOURCE, THREAD)
     assert ctx.status.windows.active.messages.tokens == sum(r.tokens for r in rows if not r.observed)
+
+
+async def test_a_second_worker_does_not_repeat_an_edit_the_first_already_applied() -> None:
+    """Shrunk from a fuzzer failure: the first worker rewrote ``h1`` in place and then observed it;
+    the second, holding the old fingerprint, took the same edit for a new one and stored an ``edit``
+    note of 6k tokens for the Observer (a correction that was already in the observed row), which
+    the first worker's window did not count: two workers reported different windows."""
+    from fuzz_support import HUGE
+    from langchain_core.messages import ToolMessage
+
+    from langchain_om.store import InMemoryStore
+
+    store, observer = InMemoryStore(), SwitchableObserver()
+    first, second = make_om(store, observer, False), make_om(store, observer, False)
+    question = HumanMessage("qzavx", id="h1")
+    call = AIMessage("", id="c2", tool_calls=[{"name": "lookup", "args": {}, "id": "k0", "type": "tool_call"}])
+    result = ToolMessage("qzcvx", tool_call_id="k0", id="t3")
+    await first.aprocess(THREAD, [question], resource_id=RESOURCE)
+    await asyncio.gather(first.aprocess(THREAD, [question], resource_id=RESOURCE),
+                         second.aprocess(THREAD, [question], resource_id=RESOURCE))
+    await first.aprocess(THREAD, [question, call, result], resource_id=RESOURCE)
+    edited = [HumanMessage("qzdvx " + HUGE, id="h1"), call, result]
+    await first.aprocess(THREAD, edited, resource_id=RESOURCE)  # rewritten in place, then observed
+    contexts = await asyncio.gather(first.aprocess(THREAD, edited, resource_id=RESOURCE),
+                                    second.aprocess(THREAD, edited, resource_id=RESOURCE))
+    rows = await store.aget_messages(RESOURCE, THREAD)
+    assert [r.kind for r in rows] == ["message"] * 3, "no correction note for an edit already in the row"
+    unobserved = sum(r.tokens for r in rows if not r.observed)
+    assert [c.status.windows.active.messages.tokens for c in contexts] == [unobserved, unobserved]

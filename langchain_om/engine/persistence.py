@@ -188,6 +188,15 @@ async def asettle(core: EngineCore, step: StepState, record: OMRecord, inputs: S
     return record
 
 
+async def _already_applied(core: EngineCore, step: StepState, mid: str, fingerprint: str) -> bool:
+    """Whether the stored row already holds this content: another worker rewrote it in place
+    before it was observed, and this worker's fingerprint was the old one. A correction note
+    would tell the Observer about a change that is already in the row it observed."""
+    rows = await core.store.aget_messages_by_ids(step.resource_id, step.thread_id, [mid])
+    stored = known_from_rows(rows).get(mid)
+    return stored is not None and stored.fingerprint == fingerprint
+
+
 def settled(core: EngineCore, resource_id: str, thread_id: str, inputs: StepInputs) -> None:
     """Everything the caller passed is stored: its list is the baseline of the next step."""
     lru_put(core._caller_lists, record_key(resource_id, thread_id), inputs.caller_list, core.cache_limit)
@@ -213,7 +222,7 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
             step.resource_id, step.thread_id, mid, dump_message(message), tokens)
         if replaced:
             rewritten.append(mid)
-        else:
+        elif not await _already_applied(core, step, mid, fingerprint):
             corrections.append(edit_row(message, tokens, step.now))
         known[mid] = KnownMessage(fingerprint, entry.seq)
         cache[mid] = message
