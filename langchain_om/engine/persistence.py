@@ -94,6 +94,7 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         await listener(core, resource_id, thread_id, inserted)
     known.update(known_from_rows(inserted))  # fingerprints the counter just stored in each row
     by_id = {m.id: m for m in fresh if m.id}
+    await _learn_skipped(core, resource_id, thread_id, rows, inserted, known, by_id, inputs)
     for row in inserted:
         sent = by_id.get(row.id)
         if sent is not None:
@@ -142,6 +143,25 @@ async def _aknown(core: EngineCore, resource_id: str, thread_id: str, ids: list[
     return known_from_rows(sorted(found, key=lambda row: row.seq))
 
 
+async def _learn_skipped(core: EngineCore, resource_id: str, thread_id: str, rows: Sequence[NewMessage],
+                         inserted: Sequence[StoredMessage], known: dict[str, KnownMessage],
+                         sent: dict[str, BaseMessage], inputs: StepInputs) -> None:
+    """Rows the store skipped because another worker stored them first become known here, as
+    stored: otherwise this worker would never see a later edit of them (the message is not
+    "known", so a changed copy looks new and is skipped again) and would keep showing the old
+    text. A copy that differs from the stored row is an edit, applied like any other."""
+    if len(inserted) == len(rows):
+        return
+    taken = {row.id for row in inserted}
+    skipped = [row.id for row in rows if row.id not in taken]
+    stored = await core.store.aget_messages_by_ids(resource_id, thread_id, skipped)
+    known.update(known_from_rows(stored))
+    for row in stored:
+        message = sent.get(row.id)
+        if message is not None and message_fingerprint(message) != known[row.id].fingerprint:
+            inputs.edited.append(message)
+
+
 async def asettle(core: EngineCore, step: StepState, record: OMRecord, inputs: StepInputs) -> OMRecord:
     """Under the thread lock: keep the caller's instructions, apply edits of known messages."""
     if inputs.instructions:
@@ -166,6 +186,15 @@ async def asettle(core: EngineCore, step: StepState, record: OMRecord, inputs: S
         await _apply_edits(core, step, record, inputs.edited)
     settled(core, step.resource_id, step.thread_id, inputs)
     return record
+
+
+async def _already_applied(core: EngineCore, step: StepState, mid: str, fingerprint: str) -> bool:
+    """Whether the stored row already holds this content: another worker rewrote it in place
+    before it was observed, and this worker's fingerprint was the old one. A correction note
+    would tell the Observer about a change that is already in the row it observed."""
+    rows = await core.store.aget_messages_by_ids(step.resource_id, step.thread_id, [mid])
+    stored = known_from_rows(rows).get(mid)
+    return stored is not None and stored.fingerprint == fingerprint
 
 
 def settled(core: EngineCore, resource_id: str, thread_id: str, inputs: StepInputs) -> None:
@@ -193,7 +222,7 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
             step.resource_id, step.thread_id, mid, dump_message(message), tokens)
         if replaced:
             rewritten.append(mid)
-        else:
+        elif not await _already_applied(core, step, mid, fingerprint):
             corrections.append(edit_row(message, tokens, step.now))
         known[mid] = KnownMessage(fingerprint, entry.seq)
         cache[mid] = message
