@@ -209,3 +209,28 @@ def section_main(name: str, doc: str | None, add_arguments: Callable[[argparse.A
     print(report(payload))
     print(f"  -> {write_result(name, payload, args.out)}")
     return payload
+
+
+def spend_history(turns: int) -> list[Any]:
+    """The spend benchmarks' conversation: numbered turns of 25 distinct words each."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    messages: list[Any] = []
+    for turn in range(turns):
+        words = " ".join(f"w{turn}_{i}" for i in range(25))
+        messages.append(HumanMessage(f"turn {turn}: {words}", id=f"h{turn}"))
+        messages.append(AIMessage(f"reply {turn}: {words}", id=f"a{turn}"))
+    return messages
+
+
+def open_store_url(url: str) -> Any:
+    """A store from a worker's URL: ``sqlite:PATH`` or ``postgres:SCHEMA:DSN``."""
+    kind, _, rest = url.partition(":")
+    if kind == "sqlite":
+        from langchain_om.store.sqlite import SQLiteStore
+
+        return SQLiteStore(rest)
+    schema, _, dsn = rest.partition(":")
+    from langchain_om.store.postgres import PostgresStore
+
+    return PostgresStore(dsn, schema=schema)

@@ -33,33 +33,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .common import machine, write_result
+from .common import machine, open_store_url, spend_history, write_result
 
 _TURN = re.compile(r"turn (\d+):")
 _TRIGGER: contextvars.ContextVar[str] = contextvars.ContextVar("observer_spend_trigger", default="?")
-
-
-def _history(turns: int) -> list[Any]:
-    from langchain_core.messages import AIMessage, HumanMessage
-
-    messages: list[Any] = []
-    for turn in range(turns):
-        words = " ".join(f"w{turn}_{i}" for i in range(25))
-        messages.append(HumanMessage(f"turn {turn}: {words}", id=f"h{turn}"))
-        messages.append(AIMessage(f"reply {turn}: {words}", id=f"a{turn}"))
-    return messages
-
-
-def _open_store(url: str) -> Any:
-    kind, _, rest = url.partition(":")
-    if kind == "sqlite":
-        from langchain_om.store.sqlite import SQLiteStore
-
-        return SQLiteStore(rest)
-    schema, _, dsn = rest.partition(":")
-    from langchain_om.store.postgres import PostgresStore
-
-    return PostgresStore(dsn, schema=schema)
 
 
 async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str, buffering: bool) -> None:
@@ -88,12 +65,12 @@ async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str
         _TRIGGER.set(ctx.trigger)
 
     om = ObservationalMemory(
-        _open_store(url), model=CountingObserver(responses=["unused"]), token_counter="estimator",
+        open_store_url(url), model=CountingObserver(responses=["unused"]), token_counter="estimator",
         hooks={"on_observation_start": started},
         observation={"message_tokens": 300, "buffer_tokens": 100 if buffering else False},
         reflection={"observation_tokens": 10_000_000},
     )
-    full = _history(turns)
+    full = spend_history(turns)
     for end in range(1, len(full) + 1, 2):
         await om.aprocess(thread, full[:end])
         await asyncio.sleep(0)
@@ -103,7 +80,7 @@ async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str
 
 
 async def _stored(url: str, thread: str) -> tuple[int, int]:
-    store = _open_store(url)
+    store = open_store_url(url)
     await store.asetup()
     from langchain_om.store.base import implicit_resource
 

@@ -31,32 +31,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .common import machine, section_main, table
+from .common import machine, open_store_url, section_main, spend_history, table
 
 _MODES = ("sync", "buffered")
-
-
-def _history(turns: int) -> list[Any]:
-    from langchain_core.messages import AIMessage, HumanMessage
-
-    messages: list[Any] = []
-    for turn in range(turns):
-        words = " ".join(f"w{turn}_{i}" for i in range(25))
-        messages.append(HumanMessage(f"turn {turn}: {words}", id=f"h{turn}"))
-        messages.append(AIMessage(f"reply {turn}: {words}", id=f"a{turn}"))
-    return messages
-
-
-def _open_store(url: str) -> Any:
-    kind, _, rest = url.partition(":")
-    if kind == "sqlite":
-        from langchain_om.store.sqlite import SQLiteStore
-
-        return SQLiteStore(rest)
-    schema, _, dsn = rest.partition(":")
-    from langchain_om.store.postgres import PostgresStore
-
-    return PostgresStore(dsn, schema=schema)
 
 
 async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str, mode: str) -> None:
@@ -84,11 +61,11 @@ async def _worker(url: str, thread: str, turns: int, delay: float, log_path: str
             return reflection if role == "reflector" else observation
 
     om = ObservationalMemory(
-        _open_store(url), model=CountingModel(responses=["unused"]), token_counter="estimator",
+        open_store_url(url), model=CountingModel(responses=["unused"]), token_counter="estimator",
         observation={"message_tokens": 300, "buffer_tokens": 100 if mode == "buffered" else False},
         reflection={"observation_tokens": 400},
     )
-    full = _history(turns)
+    full = spend_history(turns)
     for end in range(1, len(full) + 1, 2):
         await om.aprocess(thread, full[:end])
         await asyncio.sleep(0)
