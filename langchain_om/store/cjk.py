@@ -29,6 +29,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .base import replace_lone_surrogates
+
 _CJK_RANGES = (
     "\u1100-\u11ff"  # Hangul Jamo
     "\u3005-\u3007"  # 々 〆 〇
@@ -46,7 +48,6 @@ _CJK_RANGES = (
 )
 _CJK_CHAR = re.compile(f"[{_CJK_RANGES}]")
 _PIECE = re.compile(f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<word>[^\\W{_CJK_RANGES}]+)")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 MAX_TOKEN_CHARS = 64
 """A word longer than this is indexed and queried by its first 64 characters (as the English
@@ -56,7 +57,7 @@ query terms are), so no token can exceed an index's size limit for one lexeme.""
 def normalise(text: str) -> str:
     """The form both a message and a query are indexed in: any ``str`` (lone surrogates, NUL),
     full-width / half-width folded by NFKC, lower case."""
-    text = _SURROGATE.sub("\ufffd", text).replace("\x00", " ")
+    text = replace_lone_surrogates(text).replace("\x00", " ")
     return unicodedata.normalize("NFKC", text).lower()
 
 
