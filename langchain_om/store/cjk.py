@@ -72,6 +72,8 @@ def _run_tokens(run: str) -> list[str]:
 def cjk_index_tokens(text: str) -> list[str]:
     """The tokens a message is found by in the CJK index, in text order (positions matter for
     phrases); empty when the text holds no CJK character."""
+    if text.isascii():
+        return []  # every appended message passes here: ASCII cannot hold CJK, nor become it under NFKC
     text = normalise(text)
     if not has_cjk(text):
         return []
