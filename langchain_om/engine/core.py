@@ -354,7 +354,7 @@ class EngineCore:
             if refresh and await self.store.alast_seq(resource_id, thread_id) > newest:
                 rows = rows.plus(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
             newest = rows[-1].seq if rows else newest
-        if key in self._recent_threads:  # a thread evicted during the reads stays forgotten (bounded)
+        if self.keeps_thread(key):  # a thread evicted during the reads stays forgotten (bounded)
             self._windows[key] = WindowCache(record.id, after, newest, rows)
         return rows
 
