@@ -234,3 +234,10 @@ def open_store_url(url: str) -> Any:
     from langchain_om.store.postgres import PostgresStore
 
     return PostgresStore(dsn, schema=schema)
+
+
+def verdicts(payload: dict[str, Any], digits: int = 0) -> str:
+    """The closing lines of a report: each ratio (``digits`` decimals; a missing one is left out)
+    and each target, met or MISSED."""
+    out = "".join(f"\n  {key} = {value:.{digits}f}x" for key, value in payload["ratios"].items() if value is not None)
+    return out + "".join(f"\n  target {key}: {'met' if met else 'MISSED'}" for key, met in payload["target"].items())

@@ -45,7 +45,7 @@ from langchain_om.store.search import VectorItem, encode_vector
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 
-from .common import Timer, section_main, summary, table
+from .common import Timer, section_main, summary, table, verdicts
 from .storage import RESOURCE, _drop_schema, _rows, _start_private_pg, _stop_private_pg
 
 QUERIES = [
@@ -245,11 +245,7 @@ def report(payload: dict[str, Any]) -> str:
         out += (f"\n  before (InMemoryVectorStore): semantic p50 {before['semantic_ms']['p50']:.0f} ms, "
                 f"p95 {before['semantic_ms']['p95']:.0f} ms; re-indexing {before['documents']:,} documents "
                 f"after a restart: {before['reindex_after_restart_s']:.1f} s")
-    for key, value in payload["ratios"].items():
-        out += f"\n  {key} = {value:.0f}x"
-    for key, met in payload["target"].items():
-        out += f"\n  target {key}: {'met' if met else 'MISSED'}"
-    return out
+    return out + verdicts(payload)
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:

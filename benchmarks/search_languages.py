@@ -31,7 +31,7 @@ from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.search import search_text
 from langchain_om.store.sqlite import SQLiteStore
 
-from .common import START, Timer, section_main, summary, table
+from .common import START, Timer, section_main, summary, table, verdicts
 from .storage import RESOURCE, _drop_schema, _rows
 
 _TOPICS = ["リスボン旅行", "四半期の予算", "妹の結婚式", "庭の物置", "Pythonのリファクタリング", "マラソンの練習計画",
@@ -281,11 +281,7 @@ def report(payload: dict[str, Any]) -> str:
         out += (f"\n  alternative, FTS5 trigram: index {alt['index_mb']} MB; MATCH (>= 3 chars) p95 "
                 f"{alt['match_ms'].get('p95', 0):.1f} ms; LIKE scan (1-2 chars) p95 "
                 f"{alt['like_scan_ms'].get('p95', 0):.1f} ms, a word found nowhere {alt['like_scan_miss_ms']:.0f} ms")
-    for key, value in payload["ratios"].items():
-        out += f"\n  {key} = {value:.2f}x"
-    for key, met in payload["target"].items():
-        out += f"\n  target {key}: {'met' if met else 'MISSED'}"
-    return out
+    return out + verdicts(payload, digits=2)
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:

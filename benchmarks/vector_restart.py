@@ -42,7 +42,7 @@ from langchain_om.store import OMStore, PostgresStore, SQLiteStore
 from langchain_om.store.base import NewMessage
 from langchain_om.store.search import VectorItem, encode_vector
 
-from .common import Timer, chunks, ratio, section_main, summary, table
+from .common import Timer, chunks, ratio, section_main, summary, table, verdicts
 
 RESOURCE = "bench-vectors"
 TARGET_MS = 100.0
@@ -173,11 +173,7 @@ def report(payload: dict[str, Any]) -> str:
             out += (f"\n  {name}: segments written once in {d['segments_written_once_ms']:.0f} ms "
                     f"({d['segments']['count']} segments, {d['segments']['rows']:,} rows, {d['segments']['mb']} MB); "
                     f"same top hits both ways: {d['same_top_hits']}; fill {d['fill_s']:.0f} s")
-    for key, value in payload["ratios"].items():
-        out += f"\n  {key} = {value:.0f}x" if value is not None else ""
-    for key, met in payload["target"].items():
-        out += f"\n  target {key}: {'met' if met else 'MISSED'}"
-    return out
+    return out + verdicts(payload)
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
