@@ -1,7 +1,8 @@
 """A prompt template with `RunnableWithMessageHistory`: one system message reaches the model.
 
-The template's system message comes first and OM's context (from the history) after it;
-`one_system_message` merges them, the template's text first. Runs offline with the scripted
+`RunnableWithObservationalMemory` takes `RunnableWithMessageHistory`'s arguments, builds OM's chat
+history for each session (`om=` instead of `get_session_history`) and merges the template's system
+message with OM's context by default, the template's text first. Runs offline with the scripted
 models of `langchain_om.testing`; set LANGCHAIN_OM_EXAMPLE_MODEL (e.g. "openai:gpt-5-mini") and
 that provider's API key to use a real model.
 """
@@ -10,10 +11,10 @@ import os
 
 from langchain.chat_models import init_chat_model
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
-from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from langchain_om import InMemoryStore, ObservationalChatMessageHistory, ObservationalMemory, one_system_message
+from langchain_om import InMemoryStore, ObservationalMemory, RunnableWithObservationalMemory
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
+
 
 REAL_MODEL = os.environ.get("LANGCHAIN_OM_EXAMPLE_MODEL")
 model = init_chat_model(REAL_MODEL) if REAL_MODEL else ScriptedAgentModel()
@@ -25,12 +26,11 @@ prompt = ChatPromptTemplate.from_messages([
     MessagesPlaceholder("history"),
     ("human", "{question}"),
 ])
-chain = RunnableWithMessageHistory(
-    prompt | one_system_message | model,  # without one_system_message: two system messages in a row
-    lambda session_id: ObservationalChatMessageHistory(om, session_id, resource_id="user-42"),
+chain = RunnableWithObservationalMemory(
+    prompt | model, om=om,  # merge_system_messages=False would send two system messages in a row
     input_messages_key="question", history_messages_key="history",
 )
-config = {"configurable": {"session_id": "trip-1"}}
+config = {"configurable": {"session_id": "trip-1", "user_id": "user-42"}}
 for question in ["Hi! I'm planning a trip to Japan in April.",
                  "I'm vegetarian, and my partner Sam can't do long hikes.",
                  "We want one night in a ryokan in Kyoto.",

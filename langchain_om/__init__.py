@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .integrations.graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
     from .integrations.history import ObservationalChatMessageHistory, one_system_message
     from .integrations.middleware import ObservationalMemoryMiddleware
+    from .integrations.runnable_history import RunnableWithObservationalMemory, UnmergedSystemMessagesWarning
     from .model_calls.failures import OMObservationError
     from .model_calls.models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
     from .store import InMemoryStore, OMRecord, OMStore, PostgresStore, SQLiteStore
@@ -72,6 +73,8 @@ _EXPORTS: dict[str, str] = {
     "ObservationalChatMessageHistory": ".integrations.history",
     "one_system_message": ".integrations.history",
     "ObservationalMemoryMiddleware": ".integrations.middleware",
+    "RunnableWithObservationalMemory": ".integrations.runnable_history",
+    "UnmergedSystemMessagesWarning": ".integrations.runnable_history",
     "OMObservationError": ".model_calls.failures",
     "ModelByInputTokens": ".model_calls.models",
     "ModelSelectionError": ".model_calls.models",
@@ -115,8 +118,10 @@ __all__ = [
     "RecallTool",
     "ReflectionConfig",
     "RetrievalConfig",
+    "RunnableWithObservationalMemory",
     "SQLiteStore",
     "SyncOMEventHandler",
+    "UnmergedSystemMessagesWarning",
     "WorkingMemoryExtractor",
     "__version__",
     "add_observational_memory",

@@ -10,8 +10,9 @@ stay in the store for recall.
 One system message: when the thread has system messages of its own, ``messages`` holds them
 merged with OM's context (their text first). A prompt template's system message is outside
 OM's reach (the template puts it in front of the history after OM has answered), so a chain
-``prompt | model`` would send two system messages in a row; put ``one_system_message``
-between them (``prompt | one_system_message | model``) to send one, the template's text first.
+``prompt | model`` would send two system messages in a row: wrap the chain in
+``RunnableWithObservationalMemory`` (``integrations.runnable_history``), which puts
+``one_system_message`` between them by default, or write ``prompt | one_system_message | model``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
-from langchain_core.prompt_values import PromptValue
+from langchain_core.prompt_values import ChatPromptValue, PromptValue
 from langchain_core.runnables import RunnableLambda
 
 from ..engine import ObservationalMemory, OMAborted, OMContext
@@ -99,8 +100,10 @@ def _copies(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _one_system_message(value: Any) -> Any:
-    if isinstance(value, PromptValue):
-        return merge_leading_system_messages(value.to_messages())
+    if isinstance(value, PromptValue):  # stays a prompt value, for steps that read one (``.to_string()``)
+        messages = value.to_messages()
+        merged = merge_leading_system_messages(messages)
+        return value if len(merged) == len(messages) else ChatPromptValue(messages=merged)
     if isinstance(value, list) and all(isinstance(m, BaseMessage) for m in value):
         return merge_leading_system_messages(value)
     return value
