@@ -24,15 +24,17 @@ from .config_values import Scope as Scope
 from .config_values import check_model_spec, check_timeout, timeout_seconds
 from .config_values import parse_duration as parse_duration
 from .config_values import ratio_tokens as ratio_tokens
+from .field_docs import describe_fields
 
 
 class _Strict(BaseModel):
     # allow_inf_nan=False: NaN passes every "<= 0" check and would only fail mid-conversation.
-    # use_attribute_docstrings: each field's docstring is its description, which the configuration
-    # reference (docs/configuration.md, scripts/gen_config_reference.py) is generated from.
+    # each field's docstring is its description (describe_fields, at the end of this module), which
+    # the configuration reference (docs/configuration.md, scripts/gen_reference.py) is generated
+    # from; defer_build: the schema is built on first use, after the descriptions are set.
     model_config = ConfigDict(
         extra="forbid", arbitrary_types_allowed=True, validate_assignment=False, allow_inf_nan=False,
-        use_attribute_docstrings=True,
+        defer_build=True,
     )
 
 
@@ -592,3 +594,6 @@ def _check_block_after(value: float, threshold: int, field: str, threshold_name:
         raise OMConfigError(
             field, f"absolute value {value:g} must be greater than {threshold_name} ({threshold})"
         )
+
+
+describe_fields(__name__, _Strict)

@@ -21,6 +21,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, field_validator
 from pydantic.alias_generators import to_camel, to_snake
 
+from .field_docs import describe_fields
+
 OperationType = Literal["observation", "reflection"]
 BufferStatus = Literal["idle", "running", "complete"]
 
@@ -30,9 +32,9 @@ def iso_now() -> str:
 
 
 class _Data(BaseModel):
-    # attribute docstrings become field descriptions: docs/events.md is generated from them
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              use_attribute_docstrings=True)
+    # attribute docstrings become field descriptions (describe_fields, at the end of this module):
+    # docs/events.md is generated from them; defer_build: schemas are built on first use, after that
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True)
 
 
 class ObservationMarkerConfig(_Data):
@@ -266,7 +268,7 @@ class WaitData(_Data):
 class OMEvent(BaseModel):
     """Base of every data part. ``to_part()`` gives the wire shape ``{"type", "id", "data"[, "transient"]}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # its data's descriptions are set first
     type: str
     data: _Data
 
@@ -392,3 +394,6 @@ def parse_event(part: dict[str, Any]) -> OMEvent:
     if cls is None:
         raise ValueError(f"type: unknown OM event type {part.get('type')!r}")
     return cls.model_validate({"type": part["type"], "data": part.get("data", {})})
+
+
+describe_fields(__name__, _Data)
