@@ -15,7 +15,6 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_om import InMemoryStore, ObservationalMemory, RunnableWithObservationalMemory
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
-
 REAL_MODEL = os.environ.get("LANGCHAIN_OM_EXAMPLE_MODEL")
 model = init_chat_model(REAL_MODEL) if REAL_MODEL else ScriptedAgentModel()
 om = ObservationalMemory(InMemoryStore(), model=REAL_MODEL or ScriptedObserverModel(),

@@ -19,7 +19,6 @@ from langchain_core.messages import (
 )
 
 from ..foundation.fence import neutralise
-from .language import language_line
 from .reply_parsing import BUILTIN_TAGS, PRIORITY_MARKS, ObserverOutputError, ObserverResult, parse_observer_output
 from .reply_parsing import DATE_LINE_RE as _DATE_RE
 from .transcript import Transcript, format_transcript, thread_label
@@ -215,6 +214,8 @@ def build_observer_messages(
     previous_values = _extractor_previous(extractors)
     if previous_values:
         sections.append("Previous extra values:\n" + previous_values)
+    from .language import language_line  # its script patterns compile on first use, not on import
+
     language = language_line(transcript.text, what="the observations")
     if language:
         sections.append(language)

@@ -16,7 +16,6 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from ..foundation.fence import neutralise
-from .language import language_line
 from .observer import LOG_CONVENTIONS, _extractor_previous, _extractor_prompt, _extractor_triplet
 from .reply_parsing import _clean_value, parse_tagged_output
 
@@ -121,6 +120,8 @@ def build_reflector_messages(
     previous = _extractor_previous(extractors)
     if previous:
         sections.append("Previous extra values:\n" + previous)
+    from .language import language_line  # its script patterns compile on first use, not on import
+
     language = language_line(observations, what="the consolidated log")
     if language:
         sections.append(language)
