@@ -29,9 +29,8 @@ from .field_docs import describe_fields
 
 class _Strict(BaseModel):
     # allow_inf_nan=False: NaN passes every "<= 0" check and would only fail mid-conversation.
-    # each field's docstring is its description (describe_fields, at the end of this module), which
-    # the configuration reference (docs/configuration.md, scripts/gen_reference.py) is generated
-    # from; defer_build: the schema is built on first use, after the descriptions are set.
+    # field docstrings become descriptions (describe_fields, module end; docs/configuration.md is
+    # generated from them); defer_build: schemas are built on first use, after that.
     model_config = ConfigDict(
         extra="forbid", arbitrary_types_allowed=True, validate_assignment=False, allow_inf_nan=False,
         defer_build=True,
