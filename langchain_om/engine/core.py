@@ -7,7 +7,7 @@ modules are functions over it. Extensions (recall, working memory, temporal mark
 branches) see it only through ``langchain_om.extensions.host.MemoryHost``.
 
 In-process caches, each bounded (docs/storage.md, "In-process caches"): per thread (``cache_limit``
-threads, least recently used first out) the ids stored, the caller's last list, the thread's
+threads, evicted by sampled recency, see ``cache_policy``) the ids stored, the caller's last list, the thread's
 incarnation, parsed messages (``MESSAGE_CACHE_PER_THREAD`` each), the unobserved window and the
 caller's instructions; per record (``cache_limit`` records) the parsed record, the rendered log,
 the run step counter, undelivered background events (``PENDING_EVENTS_LIMIT`` each) and idle
@@ -57,6 +57,7 @@ from ..store.base import (
     utcnow,
 )
 from .buffer_handoff import LockLoans
+from .cache_policy import SampledKeys
 from .live_runs import LiveRuns
 from .state import MAX_COMMIT_RETRIES, lru_put
 from .tasks import BackgroundTasks
@@ -143,10 +144,10 @@ class EngineCore:
         # thread -> (fingerprints, the caller's system messages, their tokens)
         self._instruction_cache: OrderedDict[str, tuple[Any, list[BaseMessage], int]] = OrderedDict()
         self.cache_limit = THREAD_CACHE_LIMIT
-        """How many threads (and records) keep in-process state; the least recently used beyond it
-        are forgotten and start their next step cold (docs/storage.md, "In-process caches")."""
-        self._recent_threads: OrderedDict[str, None] = OrderedDict()
-        self._recent_records: OrderedDict[str, None] = OrderedDict()
+        """How many threads (and records) keep in-process state; those evicted beyond it (sampled
+        recency, ``cache_policy``) start their next step cold (docs/storage.md, "In-process caches")."""
+        self._recent_threads = SampledKeys()  # which threads / records keep state (cache_policy.py)
+        self._recent_records = SampledKeys()
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._live_runs = LiveRuns()  # the run each record streams into, for background events (live_runs.py)
         self._step_numbers = RunSteps()  # record key -> the run of its last step, that step's number
@@ -404,11 +405,10 @@ class EngineCore:
     # --------------------------------------------------------------- caches
 
     def touch_thread(self, cache_key: str) -> None:
-        """Mark a thread as recently used; drop the caches of the least recently used beyond the limit."""
-        self._recent_threads[cache_key] = None
-        self._recent_threads.move_to_end(cache_key)
-        while len(self._recent_threads) > self.cache_limit:
-            old, _ = self._recent_threads.popitem(last=False)
+        """Mark a thread as used now; drop the caches of threads evicted beyond the limit
+        (``cache_policy.SampledKeys``: sampled, so a cycle over more threads than the limit
+        still finds most of them cached)."""
+        for old in self._recent_threads.touch(cache_key, self.cache_limit):
             self.forget_thread(old)
 
     def keeps_thread(self, cache_key: str) -> bool:
@@ -423,18 +423,11 @@ class EngineCore:
             cache.pop(cache_key, None)
 
     def touch_record(self, key: str) -> None:
-        """Mark a record as recently used; forget the per-record state of the least recently used
-        beyond the limit: step numbers, undelivered background events, cached record and rendered
-        log. (Locks need no eviction: ``_locks`` keeps each only while some task refers to it.)"""
-        self._recent_records[key] = None
-        self._recent_records.move_to_end(key)
-        excess = len(self._recent_records) - self.cache_limit
-        if excess <= 0:
-            return
-        # oldest first; a record with background work running stays until a later step
-        idle = [k for k in self._recent_records if k != key and not self._tasks.running_any(k)][:excess]
-        for old in idle:
-            del self._recent_records[old]
+        """Mark a record as used now; forget the per-record state of records evicted beyond the
+        limit: step numbers, undelivered background events, cached record and rendered log.
+        A record with background work running stays until a later step. (Locks need no
+        eviction: ``_locks`` keeps each only while some task refers to it.)"""
+        for old in self._recent_records.touch(key, self.cache_limit, busy=self._tasks.running_any):
             self.forget_record(old)
 
     def forget_record(self, key: str) -> None:

@@ -45,13 +45,15 @@ async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str) -> 
     old incarnation's ids, the new messages would silently never be stored."""
     cache_key = record_key(resource_id, thread_id)
     born = core._thread_born.get(cache_key)
-    if born is not None and cache_key in core._known_ids:
-        thread = await core.store.aget_thread(resource_id, thread_id)
-        if thread is not None and thread.created_at == born:
-            return
+    # a one-row read first, also on a cache miss: the thread nearly always exists, and creating
+    # it is a write transaction (and on SQLite a hop to a worker thread)
+    thread = await core.store.aget_thread(resource_id, thread_id)
+    if thread is not None and born is not None and cache_key in core._known_ids and thread.created_at == born:
+        return
     for cache in (core._known_ids, core._caller_lists, core._message_cache, core._windows):
         cache.pop(cache_key, None)
-    thread = await core.store.aensure_thread(resource_id, thread_id)
+    if thread is None:
+        thread = await core.store.aensure_thread(resource_id, thread_id)
     lru_put(core._thread_born, cache_key, thread.created_at, core.cache_limit)
 
 

@@ -33,4 +33,7 @@ class SQLiteFieldLookup(SQLiteConnection):
                     [where, where, thread_id, *chunk, resource_id])))
             return rows
 
-        return await self._run(run) if wanted else []
+        if not wanted:
+            return []
+        # a handful of ids (a cache miss's new messages) is one short read: no worker-thread hop
+        return await (self._run_inline(run) if len(wanted) <= _ID_CHUNK else self._run(run))

@@ -50,7 +50,7 @@ class SQLiteRecords(SQLiteConnection):
             ).fetchone()
             return u.record_from_json(row[0]) if row is not None else None
 
-        return await self._run(run)
+        return await self._run_inline(run)  # a one-row read (a cache miss's): no worker-thread hop
 
     async def aget_record_stamp(self, resource_id: str, thread_id: str | None) -> RecordStamp | None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
