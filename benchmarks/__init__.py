@@ -14,6 +14,7 @@ SECTIONS = (
     "scale",
     "branches",
     "wirings",
+    "cache_misses",
     "reflector_spend",
     "import_time",
     "load",

@@ -21,6 +21,7 @@ from . import (
     agent_step,
     branches,
     buffering,
+    cache_misses,
     import_time,
     load,
     prompt_cache,
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     modules = {"buffering": buffering, "step_cost": step_cost, "agent_step": agent_step, "prompt_tokens": prompt_tokens,
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
                "search_languages": search_languages, "vector_restart": vector_restart,
-               "scale": scale, "branches": branches, "wirings": wirings,
+               "scale": scale, "branches": branches, "wirings": wirings, "cache_misses": cache_misses,
                "reflector_spend": reflector_spend, "import_time": import_time, "load": load}
     collected = None
     for name in SECTIONS:

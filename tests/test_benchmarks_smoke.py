@@ -18,6 +18,7 @@ from benchmarks import (
     agent_step,
     branches,
     buffering,
+    cache_misses,
     import_time,
     prompt_cache,
     prompt_tokens,
@@ -275,6 +276,16 @@ def test_agent_step_runs_every_strategy_through_create_agent() -> None:
         assert c["floor_ms"] == floor_ms
         assert c["lowest_possible_ratio"] == pytest.approx(floor_ms / c["summarization_ms"])
     assert "minus model time" in agent_step.report(payload)
+
+
+def test_cache_misses_reports_cold_steps_and_thread_counts() -> None:
+    payload = cache_misses.run(_ns(cache_misses, cold_sizes=[30, 60], threads=[4, 5, 8], cache_limit=4, rounds=1,
+                                   warm_steps=1))
+    assert set(payload["cold"]) == {"30", "60"} and set(payload["threads"]) == {"4", "5", "8"}
+    assert payload["cold"]["60"]["handed"] > 60 and payload["cold"]["60"]["peak_bytes_per_message"] > 0
+    assert payload["threads"]["4"]["cached_share"] == 1.0  # fewer threads than the cache: every step finds its own
+    assert any("5 threads within" in key for key in payload["target"])
+    assert "cold minus warm" in cache_misses.report(payload)
 
 
 def test_scale_section_runs_and_reports_every_figure(tmp_path: Path) -> None:
