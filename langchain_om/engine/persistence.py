@@ -19,9 +19,8 @@ from langchain_core.messages import BaseMessage
 
 from ..foundation.inputs import Instructions, KnownMessage, edit_row, known_from_rows, message_fingerprint, sort_inputs
 from ..foundation.messages import dump_message, ensure_id, message_timestamp
-from ..foundation.tokens import CACHE_KEY
 from ..store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id, record_key
-from ..store.known import SupportsFieldLookup
+from ..store.known import FINGERPRINT_PATH, SupportsFieldLookup
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
 
@@ -124,20 +123,18 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-_FINGERPRINT_PATH = ("data", "response_metadata", CACHE_KEY, "content_hash")
-
-
 async def _aknown(core: EngineCore, resource_id: str, thread_id: str, ids: list[str]) -> dict[str, KnownMessage]:
     """What the store holds of the caller's ids: each message's fingerprint and ``seq``.
 
-    A store that extracts the fingerprint OM keeps in each row (``SupportsFieldLookup``) spares
-    parsing every row: a caller handing over 50k messages pays for 50k small tuples. Rows without
+    A store that looks up the fingerprint OM keeps with each row (``SupportsFieldLookup``; the
+    SQL stores read their ``fingerprint`` column) spares parsing every row: a caller handing over
+    50k messages pays for 50k small tuples. Rows without
     that fingerprint, and edit rows (which stand for the newest version of another message),
     are read whole, as before."""
     store = core.store
     if isinstance(store, SupportsFieldLookup):
         with _collector_paused():
-            fields = await store.aget_message_fields(resource_id, thread_id, ids, _FINGERPRINT_PATH)
+            fields = await store.aget_message_fields(resource_id, thread_id, ids, FINGERPRINT_PATH)
             if all(f.kind == "message" and f.value is not None for f in fields):
                 make = tuple.__new__  # KnownMessage(...) through its Python __new__ costs twice as much
                 return {f.id: make(KnownMessage, (f.value, f.seq)) for f in fields}

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """1: the tables. 2: threads used without a resource move to their private resource
 (``IMPLICIT_RESOURCE_PREFIX``); see ``_util.V1_IMPLICIT_THREADS_SQL`` for how they are told apart.
 3: a partial index of the unobserved messages (commits touch only the rows they mark).
@@ -31,7 +31,10 @@ SCHEMA_VERSION = 8
 marking, replacing the v3 index there (its dead entries made a commit walk the history until
 VACUUM); SQLite: nothing (its v3 index shrinks in place, so commits were already bounded).
 7: the CJK keyword index (character bigrams, ``store.cjk``), backfilled in resumable batches.
-8: vector segments (``store.vector_segments``): a restart reads a resource's embeddings as a few blobs."""
+8: vector segments (``store.vector_segments``): a restart reads a resource's embeddings as a few blobs.
+9: each message's content fingerprint in a column of its own (``store.known.FINGERPRINT_PATH``), so a
+cold step handed a whole history reads a column instead of every row's JSON; backfilled in resumable
+batches (``sqlite_fingerprints``, ``postgres_fingerprints``)."""
 
 
 def utcnow() -> datetime:

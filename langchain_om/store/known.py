@@ -10,8 +10,24 @@ working through ``aget_messages_by_ids``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+FINGERPRINT_PATH = ("data", "response_metadata", "om_tokens", "content_hash")
+"""Where OM keeps a stored message's content fingerprint inside its JSON (the token counter's
+cache entry, ``foundation.tokens.CACHE_KEY``). Since schema version 9 the SQL stores also keep
+it in the ``fingerprint`` column, written with the row, so a lookup of this path reads the
+column instead of parsing JSON (rows the v9 backfill has not reached fall back to the JSON)."""
+
+
+def stored_fingerprint(data: Mapping[str, Any]) -> str | None:
+    """The string at ``FINGERPRINT_PATH`` in a message's stored JSON, or None (the column's value)."""
+    value: Any = data
+    for key in FINGERPRINT_PATH:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, str) else None
 
 
 class MessageField(NamedTuple):

@@ -43,6 +43,7 @@ from .base import (
     record_key,
     utcnow,
 )
+from .known import stored_fingerprint
 from .postgres_cjk import CJK_TABLE, index_cjk
 from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
@@ -345,9 +346,8 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
                     continue
                 seen.add(message.id)
                 last += 1
-                rows.append(
-                    (message.id, resource_id, thread_id, last, message.kind, data, message.tokens, message.created_at)
-                )
+                rows.append((message.id, resource_id, thread_id, last, message.kind, data, message.tokens,
+                             message.created_at, stored_fingerprint(message.data)))
                 entries.extend(_search_entries(resource_id, thread_id, message.id, message.data, message.kind))
                 inserted.append(
                     StoredMessage(
@@ -364,8 +364,8 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
             if rows:
                 await cur.executemany(
                     self._q(
-                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at, "
+                        "fingerprint) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
                     ),
                     rows,
                 )
@@ -438,10 +438,10 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
         async with self._one() as cur:
             await cur.execute(
                 self._q(
-                    "UPDATE {s}.messages SET data = %s, tokens = %s WHERE resource_id = %s AND thread_id = %s "
-                    "AND id = %s AND NOT observed AND kind = 'message'"
+                    "UPDATE {s}.messages SET data = %s, tokens = %s, fingerprint = %s WHERE resource_id = %s "
+                    "AND thread_id = %s AND id = %s AND NOT observed AND kind = 'message'"
                 ),
-                (jsonb(new.data, "data"), new.tokens, resource_id, thread_id, message_id),
+                (jsonb(new.data, "data"), new.tokens, stored_fingerprint(new.data), resource_id, thread_id, message_id),
             )
             if not cur.rowcount:
                 return False

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _util as u
 from .base import InvalidStoreInput, StoreError, check_id
+from . import postgres_fingerprints
 from .postgres_cjk import backfill_batch
 from .postgres_schema import Cursor, migrate
 
@@ -92,11 +93,13 @@ class PostgresConnection:
                     async with conn.transaction():
                         async with conn.cursor(row_factory=dict_row) as cur:
                             await self._migrate(cur)
-                    done = False
-                    while not done:  # the CJK index of older messages: one committed batch at a time
-                        async with conn.transaction():
-                            async with conn.cursor(row_factory=dict_row) as cur:
-                                done = await backfill_batch(cur, self._q, self.schema)
+                    # the CJK index and the fingerprint column of older messages: one committed batch at a time
+                    for batch in (backfill_batch, postgres_fingerprints.backfill_batch):
+                        done = False
+                        while not done:
+                            async with conn.transaction():
+                                async with conn.cursor(row_factory=dict_row) as cur:
+                                    done = await batch(cur, self._q, self.schema)
             except psycopg.Error as exc:
                 raise StoreError(f"PostgreSQL setup failed: {exc}") from exc
             self._setup_done = True

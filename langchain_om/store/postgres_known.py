@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import _util as u
-from .known import MessageField
+from .known import FINGERPRINT_PATH, MessageField
 from .postgres_connection import PostgresConnection
+from .postgres_fingerprints import FINGERPRINT_SQL
 
 
 class PostgresFieldLookup(PostgresConnection):
@@ -20,8 +21,13 @@ class PostgresFieldLookup(PostgresConnection):
         if not wanted:
             return []
         async with self._tx() as cur:
-            await cur.execute(self._q("SELECT id, seq, kind, CASE WHEN jsonb_typeof(data #> %s) = 'string' "
-                                      "THEN data #>> %s END AS value FROM {s}.messages "
-                                      "WHERE thread_id = %s AND id = ANY(%s) AND resource_id = %s"),
-                              (keys, keys, thread_id, wanted, resource_id))
+            if tuple(keys) == FINGERPRINT_PATH:  # OM's fingerprint is a column (v9, postgres_fingerprints)
+                await cur.execute(self._q(f"SELECT id, seq, kind, {FINGERPRINT_SQL} AS value FROM {{s}}.messages "
+                                          "WHERE thread_id = %s AND id = ANY(%s) AND resource_id = %s"),
+                                  (thread_id, wanted, resource_id))
+            else:
+                await cur.execute(self._q("SELECT id, seq, kind, CASE WHEN jsonb_typeof(data #> %s) = 'string' "
+                                          "THEN data #>> %s END AS value FROM {s}.messages "
+                                          "WHERE thread_id = %s AND id = ANY(%s) AND resource_id = %s"),
+                                  (keys, keys, thread_id, wanted, resource_id))
             return [MessageField(row["id"], row["seq"], row["kind"], row["value"]) for row in await cur.fetchall()]

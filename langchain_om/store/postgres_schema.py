@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from . import _util as u
 from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
 from .postgres_cjk import SCHEMA_V7 as _CJK_INDEX_V7
+from .postgres_fingerprints import SCHEMA_V9 as _FINGERPRINT_COLUMN_V9
 from .search import search_text
 
 Cursor = AsyncCursor[dict[str, Any]]
@@ -206,6 +207,7 @@ MIGRATIONS: dict[int, list[str] | Callable[[Query, Cursor], Awaitable[None]]] = 
     6: _OBSERVED_THROUGH_V6,
     7: _CJK_INDEX_V7,  # empty; PostgresConnection backfills it in batches after the migration commits
     8: _VECTOR_SEGMENTS_V8,
+    9: _FINGERPRINT_COLUMN_V9,  # empty; PostgresConnection backfills it in batches after the migration commits
 }
 
 

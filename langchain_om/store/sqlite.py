@@ -61,6 +61,7 @@ from .search import (
     search_text,
 )
 from .sqlite_cjk import delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
+from .known import stored_fingerprint
 from .sqlite_connection import immediate
 from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
@@ -342,7 +343,8 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                         continue
                     seen.add(message.id)
                     added = conn.execute(
-                        f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL) "
+                        f"INSERT INTO messages ({_MESSAGE_COLUMNS}, fingerprint) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?) "
                         "ON CONFLICT (thread_id, id) DO NOTHING",  # already stored: skipped, seq not used
                         (
                             message.id,
@@ -353,6 +355,7 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                             data,
                             message.tokens,
                             u.iso(message.created_at),
+                            stored_fingerprint(message.data),
                         ),
                     ).rowcount
                     if not added:
@@ -445,9 +448,9 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
         def run(conn: sqlite3.Connection) -> bool:
             with immediate(conn):
                 changed = conn.execute(
-                    "UPDATE messages SET data = ?, tokens = ? WHERE thread_id = ? AND id = ? AND +resource_id = ? "
-                    "AND observed = 0 AND kind = 'message'",
-                    (text, new.tokens, thread_id, message_id, resource_id),
+                    "UPDATE messages SET data = ?, tokens = ?, fingerprint = ? WHERE thread_id = ? AND id = ? "
+                    "AND +resource_id = ? AND observed = 0 AND kind = 'message'",
+                    (text, new.tokens, stored_fingerprint(new.data), thread_id, message_id, resource_id),
                 ).rowcount
                 if changed:
                     self._index_message(conn, search_scope(resource_id, thread_id), thread_id, message_id, new.data,

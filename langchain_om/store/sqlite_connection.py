@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 
 from . import _util as u
-from . import sqlite_cjk
+from . import sqlite_cjk, sqlite_fingerprints
 from . import sqlite_schema as schema
 from .base import InvalidStoreInput, StoreError
 
@@ -105,6 +105,7 @@ class SQLiteConnection:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_due and _checkpoint
             self._migrate(conn)
             self._backfill_cjk(conn)
+            self._backfill_fingerprints(conn)
         except BaseException:
             conn.close()
             raise
@@ -120,6 +121,14 @@ class SQLiteConnection:
         while self._fts and sqlite_cjk.backfill_pending(conn):
             with immediate(conn):
                 if sqlite_cjk.backfill_batch(conn):
+                    return
+
+    @staticmethod
+    def _backfill_fingerprints(conn: sqlite3.Connection) -> None:
+        """Fill the v9 ``fingerprint`` column of older messages, one committed batch at a time."""
+        while sqlite_fingerprints.backfill_pending(conn):
+            with immediate(conn):
+                if sqlite_fingerprints.backfill_batch(conn):
                     return
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -1,4 +1,5 @@
-"""SQLite's ``SupportsFieldLookup`` (see ``known.py``): the field is extracted in SQL."""
+"""SQLite's ``SupportsFieldLookup`` (see ``known.py``): the field is extracted in SQL (OM's
+fingerprint is read from its column, ``sqlite_fingerprints``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import sqlite3
 from collections.abc import Sequence
 
 from . import _util as u
-from .known import MessageField, json_path
+from .known import FINGERPRINT_PATH, MessageField, json_path
 from .sqlite_connection import SQLiteConnection
+from .sqlite_fingerprints import FINGERPRINT_SQL
 
 _ID_CHUNK = 500  # ids per IN (...) list: well under SQLite's 32,766 bound variables
 
@@ -20,6 +22,10 @@ class SQLiteFieldLookup(SQLiteConnection):
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         wanted = u.check_message_ids(message_ids)
         where = json_path(path)
+        # OM's fingerprint is a column (v9, sqlite_fingerprints); any other path is extracted from the JSON
+        fingerprint = tuple(path) == FINGERPRINT_PATH
+        value = FINGERPRINT_SQL if fingerprint else "CASE json_type(data, ?) WHEN 'text' THEN json_extract(data, ?) END"
+        head = [] if fingerprint else [where, where]
 
         def run(conn: sqlite3.Connection) -> list[MessageField]:
             rows: list[MessageField] = []
@@ -28,9 +34,8 @@ class SQLiteFieldLookup(SQLiteConnection):
                 marks = ", ".join("?" * len(chunk))
                 # tuples straight from the cursor (C); only a JSON string counts as a value
                 rows.extend(map(MessageField._make, conn.execute(
-                    f"SELECT id, seq, kind, CASE json_type(data, ?) WHEN 'text' THEN json_extract(data, ?) END "
-                    f"FROM messages WHERE thread_id = ? AND id IN ({marks}) AND +resource_id = ?",
-                    [where, where, thread_id, *chunk, resource_id])))
+                    f"SELECT id, seq, kind, {value} FROM messages WHERE thread_id = ? AND id IN ({marks}) "
+                    "AND +resource_id = ?", [*head, thread_id, *chunk, resource_id])))
             return rows
 
         if not wanted:

@@ -17,6 +17,7 @@ from . import _util as u
 from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
 from .search import search_text
 from .sqlite_cjk import create_cjk_index, has_cjk_index, search_scope
+from .sqlite_fingerprints import migrate_v9
 
 APPLICATION_ID = int.from_bytes(b"LcOM", "big")
 """``PRAGMA application_id`` of every SQLite file the store writes (SQLite's own way for a file
@@ -231,6 +232,7 @@ MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     6: _NOTHING_V6,
     7: _migrate_v7,
     8: _migrate_v8,
+    9: migrate_v9,  # the fingerprint column, empty; SQLiteConnection backfills it in batches
 }
 
 
