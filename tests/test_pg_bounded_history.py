@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from langchain_om.store import NewMessage, ObservationGroup, OMRecord, PostgresStore, postgres_schema
+from langchain_om.store import NewMessage, ObservationGroup, OMRecord, PostgresStore, postgres_fingerprints, postgres_schema
 from langchain_om.store import postgres as pg
 
 pytestmark = pytest.mark.postgres
@@ -120,6 +120,8 @@ async def test_migration_6_sets_each_threads_observed_prefix(pg_dsn: str, pg_sch
     monkeypatch.setattr(postgres_schema, "SCHEMA_VERSION", 5)
     old = PostgresStore(pg_dsn, schema=pg_schema)
     await old.asetup()
+    async with old._tx() as cur:  # this code's appends also fill the v9 fingerprint column
+        await cur.execute(old._q(postgres_fingerprints.SCHEMA_V9[0]))
     for thread, count in (("partly", 6), ("fully", 4), ("never", 3)):
         await old.aappend_messages(R, thread, _rows(0, count))
     await old.aclose()
