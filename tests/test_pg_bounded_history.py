@@ -17,7 +17,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from langchain_om.store import NewMessage, ObservationGroup, OMRecord, PostgresStore, postgres_fingerprints, postgres_schema
+from langchain_om.store import (
+    NewMessage,
+    ObservationGroup,
+    OMRecord,
+    PostgresStore,
+    postgres_fingerprints,
+    postgres_schema,
+)
 from langchain_om.store import postgres as pg
 
 pytestmark = pytest.mark.postgres

@@ -20,8 +20,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from . import _util as u
-from .base import InvalidStoreInput, StoreError, check_id
 from . import postgres_fingerprints
+from .base import InvalidStoreInput, StoreError, check_id
 from .postgres_cjk import backfill_batch
 from .postgres_schema import Cursor, migrate
 

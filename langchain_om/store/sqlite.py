@@ -53,6 +53,7 @@ from .base import (
     record_key,
     utcnow,
 )
+from .known import stored_fingerprint
 from .search import (
     check_space,
     check_vector_items,
@@ -61,7 +62,6 @@ from .search import (
     search_text,
 )
 from .sqlite_cjk import delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
-from .known import stored_fingerprint
 from .sqlite_connection import immediate
 from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
