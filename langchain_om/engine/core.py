@@ -73,6 +73,7 @@ MESSAGE_CACHE_PER_THREAD = 2048
 THREAD_CACHE_LIMIT = 512
 PENDING_EVENTS_LIMIT = 200
 _T = TypeVar("_T")
+_V = TypeVar("_V")
 
 
 class WindowCache:
@@ -318,7 +319,7 @@ class EngineCore:
                 return cached
         record = await self.store.aget_record(resource_id, record_thread)
         if record is not None:
-            lru_put(self._records, key, record, self.cache_limit)
+            self.keep_for_record(self._records, key, record)
             return record
         fresh = OMRecord(resource_id=resource_id, thread_id=record_thread, scope=self.config.scope)
         try:
@@ -429,6 +430,13 @@ class EngineCore:
         eviction: ``_locks`` keeps each only while some task refers to it.)"""
         for old in self._recent_records.touch(key, self.cache_limit, busy=self._tasks.running_any):
             self.forget_record(old)
+
+    def keep_for_record(self, cache: OrderedDict[str, _V], key: str, value: _V) -> None:
+        """Cache ``value`` for a record this process keeps (``touch_record``); another record's
+        (a public read, a late background cycle) is not kept, so it cannot push out the entry of
+        a record that is kept: each per-record cache holds exactly the kept records' entries."""
+        if key in self._recent_records:
+            lru_put(cache, key, value, self.cache_limit)
 
     def forget_record(self, key: str) -> None:
         """Drop one record's in-process state."""

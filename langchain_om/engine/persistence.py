@@ -43,6 +43,7 @@ async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str) -> 
     deleted and re-created it, and clients reuse message ids (``msg-1``): matched against the
     old incarnation's ids, the new messages would silently never be stored."""
     cache_key = record_key(resource_id, thread_id)
+    core.touch_thread(cache_key)  # before any cache of the thread is read or written (cache_policy.py)
     born = core._thread_born.get(cache_key)
     # a one-row read first, also on a cache miss: the thread nearly always exists, and creating
     # it is a write transaction (and on SQLite a hop to a worker thread)

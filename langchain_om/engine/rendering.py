@@ -111,5 +111,5 @@ def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequ
         extra_sections=sections, static_sections=static, thread_labels=labels,
         show_thread=core.config.scope == "resource", today=today,
     )
-    lru_put(core._rendered, record.key, (stamp, text), core.cache_limit)
+    core.keep_for_record(core._rendered, record.key, (stamp, text))
     return text
