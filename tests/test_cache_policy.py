@@ -94,3 +94,31 @@ async def test_many_threads_over_a_small_cache_stay_correct(store_kind: str, tmp
     finally:
         await om.aclose()
         await store.aclose()
+
+
+async def test_a_round_robin_over_a_few_more_threads_than_the_cache_mostly_hits(tmp_path: object) -> None:
+    """12 threads over cache_limit 10: with strict LRU (or any per-cache LRU bound evicting a kept
+    thread's entry) every step after the first round looks its ids up again as a cold step."""
+    store = SQLiteStore(f"{tmp_path}/om.db")
+    om = ObservationalMemory(store, model=ScriptedObserverModel(), token_counter="estimator")
+    om.cache_limit = 10
+    lookups = 0
+    original = store.aget_message_fields
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        nonlocal lookups
+        lookups += 1
+        return await original(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.aget_message_fields = counted  # type: ignore[method-assign,assignment]
+    try:
+        for t in range(12):
+            await om.aprocess(f"t{t}", [HumanMessage(f"hello {t}", id=f"h{t}")], resource_id="u")
+        lookups = 0
+        for r in range(5):
+            for t in range(12):
+                await om.aprocess(f"t{t}", [HumanMessage(f"round {r} / {t} 東京", id=f"r{r}-{t}")], resource_id="u")
+        assert lookups < 60 // 2, lookups
+    finally:
+        await om.aclose()
+        await store.aclose()
