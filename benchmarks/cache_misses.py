@@ -11,7 +11,9 @@ Two ways a step finds OM's in-process state missing, both on SQLite files in a t
   instance. Reported: cold and warm medians, **cold minus warm per handed message** (target at
   most 10 us at the largest size, so 50k messages cost under 0.5 s more than a warm step; at 1k
   a cold step's fixed costs dominate), the slope between the smallest and largest size, and the
-  peak of Python allocations during one more (untimed) cold step, per handed message.
+  peak of Python allocations during one more (untimed) cold step, per handed message. "cold CPU"
+  is the process's CPU time during the cold step (all threads): steadier than wall time on a
+  shared machine.
 * **More active threads than the cache.** ``--threads`` counts of threads (default 500, 600,
   1000 with ``cache_limit`` 512), each count on its own store and instance, stepped round robin
   with one new message per step. Every round runs one pass of each count in turn, so the counts
@@ -54,15 +56,16 @@ def _om(store: SQLiteStore, counter: Any) -> ObservationalMemory:
 
 
 async def _cold_round(store: SQLiteStore, state: list[BaseMessage], counter: Any, tag: str,
-                      warm_steps: int) -> tuple[float, list[float]]:
+                      warm_steps: int) -> tuple[float, float, list[float]]:
     """One fresh instance: its cold step handed ``state`` plus a new message, then warm steps."""
     handed = messages_from_dict(messages_to_dict(state))  # fresh objects, as a request body gives them
     handed.append(HumanMessage(f"Back again ({tag}): where were we?", id=f"{tag}-cold"))
     om = _om(store, counter)
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         await om.aprocess(THREAD, handed)
         cold = (time.perf_counter() - started) * 1000
+        cold_cpu = (time.process_time() - cpu) * 1000
         warm: list[float] = []
         for step in range(warm_steps):
             handed.append(HumanMessage(f"And then ({tag} {step})?", id=f"{tag}-warm{step}"))
@@ -73,7 +76,7 @@ async def _cold_round(store: SQLiteStore, state: list[BaseMessage], counter: Any
     finally:
         await om.aclose(cancel=True)
     state[:] = handed
-    return cold, warm
+    return cold, cold_cpu, warm
 
 
 async def _cold_peak(store: SQLiteStore, state: list[BaseMessage], counter: Any) -> float:
@@ -96,7 +99,7 @@ async def cold_steps(sizes: list[int], rounds: int, warm_steps: int, tmp: str) -
     counter = bench_counter()
     stores: dict[int, SQLiteStore] = {}
     states: dict[int, list[BaseMessage]] = {}
-    samples: dict[int, dict[str, list[float]]] = {s: {"cold": [], "warm": []} for s in sizes}
+    samples: dict[int, dict[str, list[float]]] = {s: {"cold": [], "cpu": [], "warm": []} for s in sizes}
     try:
         for size in sizes:
             history = conversation(size)
@@ -108,8 +111,9 @@ async def cold_steps(sizes: list[int], rounds: int, warm_steps: int, tmp: str) -
         # costs (the token counter's tables, first imports) are no part of any cold step's figure
         for round_ in range(rounds):
             for size in sizes:
-                cold, warm = await _cold_round(stores[size], states[size], counter, f"r{round_}", warm_steps)
+                cold, cpu, warm = await _cold_round(stores[size], states[size], counter, f"r{round_}", warm_steps)
                 samples[size]["cold"].append(cold)
+                samples[size]["cpu"].append(cpu)
                 samples[size]["warm"].extend(warm)
                 print(f"  cold step, round {round_ + 1}/{rounds}, {size:,} messages: {cold:.0f} ms", flush=True)
         out: dict[str, Any] = {}
@@ -119,6 +123,7 @@ async def cold_steps(sizes: list[int], rounds: int, warm_steps: int, tmp: str) -
             warm = statistics.median(samples[size]["warm"])
             peak = await _cold_peak(stores[size], states[size], counter)
             out[str(size)] = {"handed": handed, "cold_ms": cold, "warm_ms": warm,
+                              "cold_cpu_ms": statistics.median(samples[size]["cpu"]),
                               "cold_minus_warm_us_per_message": (cold - warm) * 1000 / handed,
                               "peak_bytes_per_message": peak / handed, "cold_all_ms": samples[size]["cold"]}
         return out
@@ -194,12 +199,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def report(payload: dict[str, Any]) -> str:
     lines: list[str] = []
     if payload["cold"]:
-        rows = [[f"{int(size):,}", row["handed"], row["cold_ms"], row["warm_ms"],
+        rows = [[f"{int(size):,}", row["handed"], row["cold_ms"], row["cold_cpu_ms"], row["warm_ms"],
                  row["cold_minus_warm_us_per_message"], row["peak_bytes_per_message"]]
                 for size, row in payload["cold"].items()]
         lines.append(table("cold step handed the whole state vs warm step, SQLite (ms, medians; target "
                            f"cold minus warm <= {PER_MESSAGE_TARGET_US:.0f} us per handed message)",
-                           ["stored", "handed", "cold", "warm", "cold minus warm, us per handed message",
+                           ["stored", "handed", "cold", "cold CPU", "warm", "cold minus warm, us per handed message",
                             "peak alloc, bytes per handed message"], rows))
     if payload["threads"]:
         rows = [[f"{int(n):,}", row["step_p50_ms"], row["step_mean_ms"], fmt(row["cached_share"] * 100, 0) + "%"]
