@@ -74,7 +74,7 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     # the caller's list of the last step is taken out until this step has stored and settled
     # everything in it: a step that fails half-way makes the next one look at the whole list
     caller_list = core._caller_lists.pop(cache_key, [])
-    sorted_inputs = sort_inputs(messages, known, cache, caller_list)
+    sorted_inputs = sort_inputs(messages, known, cache, caller_list, remember=MESSAGE_CACHE_PER_THREAD)
     fresh = sorted_inputs.fresh
     for instruction in sorted_inputs.instructions:
         ensure_id(instruction)
@@ -136,9 +136,14 @@ async def _aknown(core: EngineCore, resource_id: str, thread_id: str, ids: list[
     if isinstance(store, SupportsFieldLookup):
         with _collector_paused():
             fields = await store.aget_message_fields(resource_id, thread_id, ids, FINGERPRINT_PATH)
-            if all(f.kind == "message" and f.value is not None for f in fields):
-                make = tuple.__new__  # KnownMessage(...) through its Python __new__ costs twice as much
-                return {f.id: make(KnownMessage, (f.value, f.seq)) for f in fields}
+            make = tuple.__new__  # KnownMessage(...) through its Python __new__ costs twice as much
+            known: dict[str, KnownMessage] = {}
+            for mid, seq, kind, value in fields:  # one pass; an edit row or a row without one: read whole
+                if kind != "message" or value is None:
+                    break
+                known[mid] = make(KnownMessage, (value, seq))
+            else:
+                return known
     found = await store.aget_messages_by_ids(resource_id, thread_id, ids)
     return known_from_rows(sorted(found, key=lambda row: row.seq))
 

@@ -91,6 +91,7 @@ def sort_inputs(
     known: Mapping[str, KnownMessage],
     seen: MutableMapping[str, BaseMessage],
     previous: list[BaseMessage] | None = None,
+    remember: int | None = None,
 ) -> SortedInputs:
     """Split the caller's messages into instructions, new messages and edits of known ones.
 
@@ -102,6 +103,9 @@ def sort_inputs(
     caller's list still starts with exactly those messages, only the tail is looked at: the
     comparison runs in C on pointers, so a caller that hands over a long history every step
     pays microseconds, not a pass over its history in Python.
+
+    ``remember`` bounds how many of the newest unchanged known messages go into ``seen``
+    (None: all of them).
     """
     out = SortedInputs()
     listed = messages if type(messages) is list else list(messages)
@@ -116,25 +120,33 @@ def sort_inputs(
             previous[:] = listed
     last_known = -1
     conversation: list[BaseMessage] = []
+    unchanged: list[BaseMessage] = []
+    # names bound once: a cold step walks every message a client hands over (50k of them)
+    fingerprint, known_get, seen_get = _fingerprint, known.get, seen.get
     for message in listed[start:] if start else listed:
         if not isinstance(message, BaseMessage):
             raise TypeError(f"messages: expected LangChain BaseMessage objects, got {type(message).__name__}")
-        if message.type == "remove":
+        kind = message.type
+        if kind == "remove":
             continue
-        if message.type == "system":
+        if kind == "system":
             if not is_om_message(message):
                 out.instructions.append(message)
             continue
         mid = message.id
-        if mid and mid in known:
+        entry = known_get(mid) if mid else None
+        if entry is not None and mid:
             last_known = len(conversation)
-            before = seen.get(mid)
+            before = seen_get(mid)
             if before is not message and (before is None or before.content is not message.content):
-                if message_fingerprint(message) != known[mid].fingerprint:
+                if fingerprint(message) != entry.fingerprint:
                     out.edited.append(message)
                 else:
-                    seen[mid] = message
+                    unchanged.append(message)
         conversation.append(message)
+    # ``seen`` is a bounded cache: only the newest ``remember`` are worth putting in
+    for message in unchanged[-remember:] if remember else unchanged:
+        seen[str(message.id)] = message
     out.fresh = [m for m in conversation[last_known + 1:] if not (m.id and m.id in known)]
     return out
 
