@@ -1,0 +1,341 @@
+"""Several workers on one thread: step latency and OM's model spend, 1 worker against 8 (issue 32, item 5).
+
+Workers are **separate processes** on one store (a SQLite file; a throw-away PostgreSQL schema
+with ``--stores postgres``), because that is what a deployment has: each process its own
+caches, background tasks and event loop, sharing only the store and its leases. (Separate
+``ObservationalMemory`` instances in one process would share the in-process leases of the
+in-memory store and one event loop, and hide exactly the cross-process waits measured here.)
+
+One scripted model answers as Observer (``--observer-delay`` s) and Reflector
+(``--reflector-delay`` s) and logs each call: role, trigger and input tokens (characters / 4).
+Thresholds are small so that a run observes and reflects many times; buffering is on (the
+default ``buffer_tokens`` / ``block_after``). Three runs, each on a fresh store:
+
+* **1 worker** steps the conversation, waiting ``--agent-delay`` between steps (the agent's
+  model and the user);
+* **8 sequential**: the same steps dealt round-robin to 8 workers, one at a time (a load
+  balancer in front of one user);
+* **8 concurrent**: all 8 workers replay the conversation at once, each at its own pace
+  (8 requests for one thread in flight at a time).
+
+Reported: OM's step time (``aprocess``) p50 / p95 / max, the steps that blocked and on what
+(``data-om-wait`` debug events; a step's own synchronous Observer / Reflector call), and the
+Observer's and Reflector's input tokens per stored message. Targets: 8 workers' step p95 within
+2x of one worker's; Observer and Reflector input per stored message within 1.25x.
+
+    python -m benchmarks.workers                          # SQLite
+    python -m benchmarks.workers --quick                  # shorter delays and conversation
+    python -m benchmarks.workers --stores sqlite,postgres --turns 40
+
+Not a timed test: the figures depend on scheduling; ratios are measured side by side in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextvars
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import IO, Any
+
+from .common import conversation, machine, open_store_url, percentile, section_main, table, verdicts
+
+_TRIGGER: contextvars.ContextVar[str] = contextvars.ContextVar("workers_trigger", default="?")
+_TAG = "@@"  # protocol lines on a worker's stdout start with this
+BLOCKED_SHARE = 0.5
+"""A step is counted as blocked when it took at least this share of the Observer's delay."""
+
+
+# ------------------------------------------------------------------------------ worker
+
+
+def _conversation(turns: int) -> tuple[list[Any], list[int]]:
+    """The suite's chat (with tool rounds) and where each of its first ``turns`` steps ends: at a
+    user message, as an agent step that has just received it."""
+    full = conversation(4 * turns + 8)
+    ends = [i + 1 for i, m in enumerate(full) if m.type == "human"][:turns]
+    return full[: ends[-1] + 1], ends
+
+
+class _Step:
+    """What happened during the step a worker is running (waits named by OM's debug events)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.waits: Counter[str] = Counter()
+        self.own: Counter[str] = Counter()
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    return {"observation": {"message_tokens": args.message_tokens},
+            "reflection": {"observation_tokens": args.observation_tokens}}
+
+
+async def _worker(spec: dict[str, Any]) -> None:
+    """One worker process: step the thread as the parent says, log each OM model call."""
+    from langchain_core.messages import BaseMessage
+
+    from langchain_om.engine import ObservationalMemory
+    from langchain_om.model_calls.reflector import REFLECTOR_PROMPT_MARKER
+    from langchain_om.testing import ScriptedObserverModel
+
+    state = _Step()
+    log_path = spec["log"]
+
+    class LoggingModel(ScriptedObserverModel):
+        """The package's scripted Observer / Reflector, taking its role's delay, logging each call."""
+
+        async def _agenerate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                             **kw: Any) -> Any:
+            reply = await super()._agenerate(messages, stop, run_manager, **kw)
+            role = "reflector" if REFLECTOR_PROMPT_MARKER in str(messages[0].content) else "observer"
+            trigger = _TRIGGER.get()
+            if state.active and trigger in ("turn-sync", "manual"):
+                state.own[role] += 1
+            chars = sum(len(str(m.content)) for m in messages)
+            with open(log_path, "a", encoding="utf-8") as log:  # one short line per call: atomic append
+                log.write(json.dumps({"role": role, "trigger": trigger, "input_tokens": chars // 4,
+                                      "pid": os.getpid()}) + "\n")
+            await asyncio.sleep(spec["reflector_delay"] if role == "reflector" else spec["observer_delay"])
+            return reply
+
+    def started(ctx: Any) -> None:  # runs in the cycle's task: the model call sees its trigger
+        _TRIGGER.set(ctx.trigger)
+
+    def debug(event: Any) -> None:
+        data = event.data
+        if state.active and getattr(data, "phase", None) == "end" and not data.waits_for.startswith("background"):
+            state.waits[data.waits_for] += 1
+
+    om = ObservationalMemory(open_store_url(spec["url"]), model=LoggingModel(),
+                             token_counter="estimator", hooks={"on_observation_start": started,
+                                                               "on_reflection_start": started},
+                             on_debug_event=debug, **spec["config"])
+    full, ends = _conversation(spec["turns"])
+    loop = asyncio.get_running_loop()
+
+    async def step(k: int) -> dict[str, Any]:
+        state.active, state.waits, state.own = True, Counter(), Counter()
+        began = time.perf_counter()
+        await om.aprocess(spec["thread"], full[: ends[k]])
+        ms = (time.perf_counter() - began) * 1000
+        state.active = False
+        return {"k": k, "ms": ms, "waits": dict(state.waits), "own": dict(state.own)}
+
+    def say(payload: Any) -> None:
+        print(_TAG + json.dumps(payload), flush=True)
+
+    say("ready")
+    while True:
+        command = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
+        if command == "go":  # concurrent: replay the whole conversation at this worker's own pace
+            await asyncio.sleep(random.uniform(0, spec["agent_delay"]))
+            for k in range(spec["turns"]):
+                say(await step(k))
+                await asyncio.sleep(spec["agent_delay"] * random.uniform(0.5, 1.5))
+        elif command.isdigit():
+            say(await step(int(command)))
+        else:  # "end" (or the parent went away)
+            break
+    await om.aprocess(spec["thread"], full)
+    await om.await_background()
+    await om.aclose()
+    say("bye")
+
+
+# ------------------------------------------------------------------------------ parent
+
+
+def _read(proc: subprocess.Popen[str]) -> Any:
+    stdout: IO[str] | None = proc.stdout
+    assert stdout is not None
+    while True:
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {proc.pid} ended early (exit {proc.wait()})")
+        if line.startswith(_TAG):
+            return json.loads(line[len(_TAG):])
+
+
+def _send(proc: subprocess.Popen[str], command: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(command + "\n")
+    proc.stdin.flush()
+
+
+async def _stored(url: str, thread: str) -> int:
+    from langchain_om.store.base import implicit_resource
+
+    store = open_store_url(url)
+    await store.asetup()
+    rows = await store.aget_messages(implicit_resource(thread), thread)  # the workers pass no resource
+    await store.aclose()
+    return len(rows)
+
+
+def measure(url: str, workers: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``workers`` processes on one thread of ``url`` in ``mode``; steps, waits and spend."""
+    thread = f"workers-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = {"url": url, "thread": thread, "turns": args.turns, "log": str(Path(tmp) / "calls.jsonl"),
+                "observer_delay": args.observer_delay, "reflector_delay": args.reflector_delay,
+                "agent_delay": args.agent_delay, "config": _config(args)}
+        Path(spec["log"]).touch()
+        command = [sys.executable, "-m", "benchmarks.workers", "--worker", json.dumps(spec)]
+        env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or os.getcwd()}
+        procs = [subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for _ in range(workers)]
+        steps: list[dict[str, Any]] = []
+        try:
+            for proc in procs:
+                _read(proc)  # "ready": imports and store setup are not part of any step
+            started = time.perf_counter()
+            if mode == "concurrent":
+                for proc in procs:
+                    _send(proc, "go")
+                for proc in procs:
+                    steps.extend(_read(proc) for _ in range(args.turns))
+            else:
+                for k in range(args.turns):
+                    proc = procs[k % workers]
+                    _send(proc, str(k))
+                    steps.append(_read(proc))
+                    time.sleep(args.agent_delay)
+            for proc in procs:
+                _send(proc, "end")
+            for proc in procs:
+                _read(proc)  # "bye": background work done
+            elapsed = time.perf_counter() - started
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
+        calls = [json.loads(line) for line in Path(spec["log"]).read_text().splitlines() if line.strip()]
+    stored = asyncio.run(_stored(url, thread))
+    return summarise(steps, calls, stored, workers, mode, elapsed, args.observer_delay)
+
+
+def _reason(step: dict[str, Any]) -> str:
+    own = step["own"]
+    if own.get("reflector"):
+        return "ran Reflector"
+    if own.get("observer"):
+        return "ran Observer"
+    if step["waits"]:
+        return "waited " + max(step["waits"], key=lambda w: step["waits"][w])
+    return "waited (unnamed; a reflect lease)"
+
+
+def summarise(steps: list[dict[str, Any]], calls: list[dict[str, Any]], stored: int, workers: int, mode: str,
+              elapsed: float, observer_delay: float) -> dict[str, Any]:
+    times = [s["ms"] for s in steps]
+    blocked = [s for s in steps if s["ms"] >= BLOCKED_SHARE * observer_delay * 1000]
+    row: dict[str, Any] = {
+        "workers": workers, "mode": mode, "steps": len(steps), "stored_messages": stored, "seconds": elapsed,
+        "step_ms": {"p50": percentile(times, 50), "p95": percentile(times, 95), "max": max(times, default=0.0)},
+        "blocked": len(blocked), "blocked_by": dict(Counter(_reason(s) for s in blocked)),
+    }
+    for role in ("observer", "reflector"):
+        mine = [c for c in calls if c["role"] == role]
+        row[f"{role}_calls"] = len(mine)
+        row[f"{role}_calls_by_trigger"] = dict(Counter(c["trigger"] for c in mine))
+        row[f"{role}_input_tokens"] = sum(c["input_tokens"] for c in mine)
+        row[f"{role}_per_message"] = row[f"{role}_input_tokens"] / max(1, stored)
+    return row
+
+
+def _drop_schema(dsn: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
+    tmp = tempfile.mkdtemp(prefix="om-workers-")
+    results: dict[str, list[dict[str, Any]]] = {}
+    ratios: dict[str, float | None] = {}
+    target: dict[str, bool] = {}
+    for backend in args.stores:
+        if backend not in ("sqlite", "postgres") or (backend == "postgres" and not dsn):
+            if backend == "postgres":
+                print("postgres: skipped (no --pg-dsn / LANGCHAIN_OM_TEST_PG_DSN)")
+            continue
+        rows = []
+        for workers, mode in [(1, "sequential"), *((args.workers, m) for m in args.modes)]:
+            schema = f"om_workers_{uuid.uuid4().hex[:8]}"
+            url = (f"sqlite:{tmp}/om-{workers}-{mode}-{uuid.uuid4().hex[:6]}.db" if backend == "sqlite"
+                   else f"postgres:{schema}:{dsn}")
+            print(f"  {backend}: {workers} worker(s), {mode} ...", flush=True)
+            try:
+                rows.append(measure(url, workers, mode, args))
+            finally:
+                if backend == "postgres" and dsn:
+                    _drop_schema(dsn, schema)
+        base = rows[0]
+        for row in rows[1:]:
+            label = f"{backend}/{row['mode']}/x{row['workers']}"
+            p95 = row["step_ms"]["p95"] / base["step_ms"]["p95"] if base["step_ms"]["p95"] else None
+            ratios[f"{label}/step_p95"] = p95
+            target[f"{label}: step p95 <= 2x one worker"] = p95 is not None and p95 <= 2.0
+            for role in ("observer", "reflector"):
+                spend = row[f"{role}_per_message"] / base[f"{role}_per_message"] if base[f"{role}_per_message"] \
+                    else None
+                ratios[f"{label}/{role}_input_per_message"] = spend
+                target[f"{label}: {role} input per stored message <= 1.25x"] = spend is not None and spend <= 1.25
+        results[backend] = rows
+    return {"machine": machine(),
+            "params": {"turns": args.turns, "workers": args.workers, "modes": args.modes,
+                       "observer_delay": args.observer_delay, "reflector_delay": args.reflector_delay,
+                       "agent_delay": args.agent_delay, "config": _config(args)},
+            "results": results, "ratios": ratios, "target": target}
+
+
+def report(payload: dict[str, Any]) -> str:
+    rows = []
+    for backend, measured in payload["results"].items():
+        for row in measured:
+            why = ", ".join(f"{n} {k}" for k, n in sorted(row["blocked_by"].items())) or "-"
+            rows.append([backend, row["mode"], row["workers"], row["steps"], row["step_ms"]["p50"],
+                         row["step_ms"]["p95"], row["step_ms"]["max"], row["blocked"], why, row["stored_messages"],
+                         row["observer_calls"], row["observer_per_message"], row["reflector_calls"],
+                         row["reflector_per_message"]])
+    header = ["backend", "mode", "workers", "steps", "p50 ms", "p95 ms", "max ms", "blocked", "blocked by", "stored",
+              "obs calls", "obs in/msg", "refl calls", "refl in/msg"]
+    return table("Several workers on one thread", header, rows) + verdicts(payload, 2)
+
+
+def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--modes", type=lambda v: v.split(","), default=["sequential", "concurrent"])
+    parser.add_argument("--turns", type=int, default=24 if quick else 48)
+    parser.add_argument("--observer-delay", type=float, default=0.2 if quick else 0.6)
+    parser.add_argument("--reflector-delay", type=float, default=0.4 if quick else 1.2)
+    parser.add_argument("--agent-delay", type=float, default=0.1 if quick else 0.3)
+    parser.add_argument("--message-tokens", type=int, default=400)
+    parser.add_argument("--observation-tokens", type=int, default=600)
+    parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite"])
+    parser.add_argument("--pg-dsn", default=None)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    return section_main("workers", __doc__, add_arguments, run, report, argv)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        asyncio.run(_worker(json.loads(sys.argv[2])))
+    else:
+        main()
