@@ -12,13 +12,15 @@ Thresholds are small so that a run observes and reflects many times; buffering i
 default ``buffer_tokens`` / ``block_after``). Three runs, each on a fresh store:
 
 * **1 worker** steps the conversation, waiting ``--agent-delay`` between steps (the agent's
-  model and the user);
+  model and the user: longer than an Observer call, as a turn is);
 * **8 sequential**: the same steps dealt round-robin to 8 workers, one at a time (a load
   balancer in front of one user);
 * **8 concurrent**: all 8 workers replay the conversation at once, each at its own pace
   (8 requests for one thread in flight at a time).
 
-Reported: OM's step time (``aprocess``) p50 / p95 / max, the steps that blocked and on what
+Reported: OM's step time (``aprocess``) p50 / p95 / max over warm steps (each worker's first step,
+a cold start with empty caches, is reported apart: issue 32 item 3 measures that), the steps
+that blocked (took half an Observer call or more) and on what
 (``data-om-wait`` debug events; a step's own synchronous Observer / Reflector call), and the
 Observer's and Reflector's input tokens per stored message. Targets: 8 workers' step p95 within
 2x of one worker's; Observer and Reflector input per stored message within 1.25x.
@@ -71,8 +73,9 @@ class _Step:
 
     def __init__(self) -> None:
         self.active = False
-        self.waits: Counter[str] = Counter()
+        self.waits: Counter[str] = Counter()  # what the step waited for -> milliseconds
         self.own: Counter[str] = Counter()
+        self.steps = 0
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
@@ -114,7 +117,7 @@ async def _worker(spec: dict[str, Any]) -> None:
     def debug(event: Any) -> None:
         data = event.data
         if state.active and getattr(data, "phase", None) == "end" and not data.waits_for.startswith("background"):
-            state.waits[data.waits_for] += 1
+            state.waits[data.waits_for] += round(data.waited_ms or 0.0)
 
     om = ObservationalMemory(open_store_url(spec["url"]), model=LoggingModel(),
                              token_counter="estimator", hooks={"on_observation_start": started,
@@ -126,10 +129,12 @@ async def _worker(spec: dict[str, Any]) -> None:
     async def step(k: int) -> dict[str, Any]:
         state.active, state.waits, state.own = True, Counter(), Counter()
         began = time.perf_counter()
-        await om.aprocess(spec["thread"], full[: ends[k]])
+        ctx = await om.aprocess(spec["thread"], full[: ends[k]])
         ms = (time.perf_counter() - began) * 1000
         state.active = False
-        return {"k": k, "ms": ms, "waits": dict(state.waits), "own": dict(state.own)}
+        state.steps += 1
+        return {"k": k, "ms": ms, "waits": dict(state.waits), "own": dict(state.own), "cold": state.steps == 1,
+                "log": ctx.record.observation_tokens if ctx.record is not None else None}
 
     def say(payload: Any) -> None:
         print(_TAG + json.dumps(payload), flush=True)
@@ -233,17 +238,20 @@ def _reason(step: dict[str, Any]) -> str:
         return "ran Observer"
     if step["waits"]:
         return "waited " + max(step["waits"], key=lambda w: step["waits"][w])
-    return "waited (unnamed; a reflect lease)"
+    return "unnamed"
 
 
 def summarise(steps: list[dict[str, Any]], calls: list[dict[str, Any]], stored: int, workers: int, mode: str,
               elapsed: float, observer_delay: float) -> dict[str, Any]:
-    times = [s["ms"] for s in steps]
-    blocked = [s for s in steps if s["ms"] >= BLOCKED_SHARE * observer_delay * 1000]
+    warm = [s for s in steps if not s["cold"]]
+    times = [s["ms"] for s in warm]
+    blocked = [s for s in warm if s["ms"] >= BLOCKED_SHARE * observer_delay * 1000]
     row: dict[str, Any] = {
         "workers": workers, "mode": mode, "steps": len(steps), "stored_messages": stored, "seconds": elapsed,
         "step_ms": {"p50": percentile(times, 50), "p95": percentile(times, 95), "max": max(times, default=0.0)},
+        "cold_step_ms": sorted(s["ms"] for s in steps if s["cold"]),
         "blocked": len(blocked), "blocked_by": dict(Counter(_reason(s) for s in blocked)),
+        "blocked_steps": [{key: s[key] for key in ("k", "ms", "waits", "own", "log")} for s in blocked],
     }
     for role in ("observer", "reflector"):
         mine = [c for c in calls if c["role"] == role]
@@ -321,9 +329,9 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--modes", type=lambda v: v.split(","), default=["sequential", "concurrent"])
     parser.add_argument("--turns", type=int, default=24 if quick else 48)
-    parser.add_argument("--observer-delay", type=float, default=0.2 if quick else 0.6)
-    parser.add_argument("--reflector-delay", type=float, default=0.4 if quick else 1.2)
-    parser.add_argument("--agent-delay", type=float, default=0.1 if quick else 0.3)
+    parser.add_argument("--observer-delay", type=float, default=0.1 if quick else 0.4)
+    parser.add_argument("--reflector-delay", type=float, default=0.2 if quick else 0.8)
+    parser.add_argument("--agent-delay", type=float, default=0.25 if quick else 1.0)
     parser.add_argument("--message-tokens", type=int, default=400)
     parser.add_argument("--observation-tokens", type=int, default=600)
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite"])

@@ -91,11 +91,18 @@ async def _observe_held(core: EngineCore, step: StepState, record: OMRecord, pla
 
 async def acommit_part(core: EngineCore, step: StepState, record: OMRecord, chosen: Sequence[StoredMessage],
                        pinned: StoredMessage | None, trigger: Trigger) -> tuple[OMRecord, bool]:
-    """Observe and commit ``chosen``; returns the latest record and whether the Observer succeeded."""
+    """Observe and commit ``chosen``; returns the latest record and whether the Observer succeeded.
+
+    A concurrent commit that left ``chosen`` unobserved (another worker's reflection, activation
+    or staged chunk) gets the same result applied to the latest record: paying the Observer
+    again for the same messages doubled the spend of workers on one thread. Only messages another
+    worker observed meanwhile are taken out, and the rest observed again."""
+    result = None
     for _attempt in range(MAX_COMMIT_RETRIES):
-        result = await arun_observer(core, step, record, {step.thread_id: chosen}, trigger=trigger)
         if result is None:
-            return record, False
+            result = await arun_observer(core, step, record, {step.thread_id: chosen}, trigger=trigger)
+            if result is None:
+                return record, False
         updated = apply_observation(core, record, step.thread_id, chosen, result, human_pinned=pinned)
         updated.metadata.pop(planner.OBSERVATION_FAILED, None)
         try:
@@ -105,9 +112,11 @@ async def acommit_part(core: EngineCore, step: StepState, record: OMRecord, chos
         except RecordConflictError:
             record = await core.aload_record(step.resource_id, step.thread_id)
             await core.awindow(record, step.resource_id, step.thread_id)
-            chosen = [m for m in chosen if m.seq > record.last_observed_seq.get(step.thread_id, 0)]
-            if not chosen:
+            left = [m for m in chosen if m.seq > record.last_observed_seq.get(step.thread_id, 0)]
+            if not left:
                 return record, True
+            if len(left) != len(chosen):
+                chosen, result = left, None
             continue
         await aapply_title(core, step, result.thread_title, result.cycle_id)
         return committed, True

@@ -241,16 +241,17 @@ class WaitData(_Data):
 
     ``waits_for`` names it (``record-lock``: another step or cycle of this process on the same
     record; ``own-buffering``: this process's buffering cycle on the messages to observe;
-    ``lease:observe`` / ``lease:buffer``: another worker's cycle; ``background-task``: a cycle
-    ``await_background`` or shutdown waits for; ``background-bound``: a cycle cut off at its
+    ``own-reflection``: this process's buffered reflection of a log over ``block_after``;
+    ``lease:observe`` / ``lease:buffer`` / ``lease:reflect``: another worker's cycle;
+    ``background-task``: a cycle ``await_background`` or shutdown waits for; ``background-bound``: a cycle cut off at its
     bound). A ``start`` is sent only when the wait does not end at once; its ``end`` carries
     ``waited_ms`` and ``outcome`` (``done``, ``timeout``, ``cancelled``)."""
 
     wait_id: str
     """Id shared by the ``start`` and ``end`` of one wait."""
     waits_for: str
-    """What OM waits for: ``record-lock``, ``own-buffering``, ``lease:observe``, ``lease:buffer``,
-    ``background-task`` or ``background-bound``."""
+    """What OM waits for: ``record-lock``, ``own-buffering``, ``own-reflection``, ``lease:observe``,
+    ``lease:buffer``, ``lease:reflect``, ``background-task`` or ``background-bound``."""
     phase: WaitPhase
     """``start`` (the wait did not end at once) or ``end``."""
     record_key: str
