@@ -18,8 +18,9 @@ SECTIONS = (
     "reflector_spend",
     "import_time",
     "load",
+    "workers",
 )
-OPT_IN = ("load",)
+OPT_IN = ("load", "workers")
 """Sections ``python -m benchmarks`` runs only when named in ``--only`` (minutes of load each)."""
 
 __all__ = ["OPT_IN", "SECTIONS"]

@@ -4,6 +4,7 @@
     python -m benchmarks --quick          # small sizes and short delays, ~1 minute
     python -m benchmarks --only buffering,storage --no-pg
     python -m benchmarks --only load      # opt-in: N concurrent users (see benchmarks/load.py)
+    python -m benchmarks --only workers   # opt-in: 1 vs 8 worker processes on one thread
 
 Results: benchmarks/results/<section>.json, summary.json and benchmarks.png.
 """
@@ -35,6 +36,7 @@ from . import (
     token_counting,
     vector_restart,
     wirings,
+    workers,
 )
 from .common import RESULTS_DIR, write_result
 
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                "prompt_cache": prompt_cache, "token_counting": token_counting, "storage": storage, "search": search,
                "search_languages": search_languages, "vector_restart": vector_restart,
                "scale": scale, "branches": branches, "wirings": wirings, "cache_misses": cache_misses,
-               "reflector_spend": reflector_spend, "import_time": import_time, "load": load}
+               "reflector_spend": reflector_spend, "import_time": import_time, "load": load,
+               "workers": workers}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

@@ -83,6 +83,11 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
             "reflection": {"observation_tokens": args.observation_tokens}}
 
 
+def _log_call(path: str, entry: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as log:  # one short line per call: an atomic append
+        log.write(json.dumps(entry) + "\n")
+
+
 async def _worker(spec: dict[str, Any]) -> None:
     """One worker process: step the thread as the parent says, log each OM model call."""
     from langchain_core.messages import BaseMessage
@@ -105,9 +110,7 @@ async def _worker(spec: dict[str, Any]) -> None:
             if state.active and trigger in ("turn-sync", "manual"):
                 state.own[role] += 1
             chars = sum(len(str(m.content)) for m in messages)
-            with open(log_path, "a", encoding="utf-8") as log:  # one short line per call: atomic append
-                log.write(json.dumps({"role": role, "trigger": trigger, "input_tokens": chars // 4,
-                                      "pid": os.getpid()}) + "\n")
+            _log_call(log_path, {"role": role, "trigger": trigger, "input_tokens": chars // 4, "pid": os.getpid()})
             await asyncio.sleep(spec["reflector_delay"] if role == "reflector" else spec["observer_delay"])
             return reply
 

@@ -317,3 +317,16 @@ def test_load_reports_every_figure_and_a_clean_integrity_check(tmp_path: Path) -
     data = soak["stores"]["sqlite"]["soak"]
     assert data["turns"] > 0 and data["errors"] == 0 and data["integrity"] == "ok"
     assert data["rss_mb"] is not None and data["rss_mb"]["max"] > 0
+
+
+def test_workers_runs_one_and_several_processes_on_one_thread() -> None:
+    from benchmarks import workers
+
+    payload = workers.run(_ns(workers, workers=2, modes=["concurrent"], turns=6, observer_delay=0.0,
+                              reflector_delay=0.0, agent_delay=0.0, stores=["sqlite"]))
+    one, two = payload["results"]["sqlite"]
+    assert (one["workers"], two["workers"]) == (1, 2) and two["mode"] == "concurrent"
+    assert one["steps"] == 6 and two["steps"] == 12 and one["stored_messages"] == two["stored_messages"] > 0
+    assert len(two["cold_step_ms"]) == 2 and two["observer_calls"] >= 1
+    assert "sqlite/concurrent/x2/step_p95" in payload["ratios"]
+    assert "Several workers on one thread" in workers.report(payload)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 
@@ -53,6 +53,25 @@ class LockLoans:
         return task in done
 
     @asynccontextmanager
+    async def lend(self, key: str) -> AsyncIterator[None]:
+        """Lend the record's lock (which the caller holds) for the block: the caller waits for
+        another worker's lease and touches the record only after, on a fresh read.
+
+        A step waiting for a lease held the lock its own process's background cycles need to
+        stage their result, while holding their own leases: worker A's step waited for B's
+        ``reflect`` lease, held by B's reflection waiting for B's lock, held by B's step waiting
+        for A's ``buffer`` lease, held by A's chunk waiting for A's lock. Nothing moved until a
+        lease wait ran out (``lease_ttl``): steps of 10 s and more with eight workers."""
+        loan = self._loan(key)
+        lent = not loan.is_set()
+        loan.set()
+        try:
+            yield
+        finally:
+            if lent:
+                loan.clear()
+
+    @asynccontextmanager
     async def hold(self, key: str, lock: asyncio.Lock) -> AsyncIterator[None]:
         """Hold ``lock`` for the block, or a loan of it if its holder lends it first."""
         loan = self._loan(key)
@@ -74,3 +93,15 @@ class LockLoans:
         finally:
             if holds:
                 lock.release()
+
+
+def lease_wait(core: Any, waits_for: str, key: str, bound_s: float) -> Callable[[], AbstractAsyncContextManager[None]]:
+    """For ``leases.wait_for_lease``: a step's wait for another worker's lease, named (debug
+    event ``waits_for``) and lending the record's lock the step holds (``LockLoans.lend``)."""
+
+    @asynccontextmanager
+    async def waiting() -> AsyncIterator[None]:
+        async with core.waiting(waits_for, key, bound_s), core._loans.lend(key):
+            yield
+
+    return waiting

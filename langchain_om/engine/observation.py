@@ -20,6 +20,7 @@ from ..store.base import ObservationGroup, OMRecord, RecordConflictError, Stored
 from . import planner
 from .activation import aactivate_chunks
 from .backlog import split_backlog
+from .buffer_handoff import lease_wait
 from .core import EngineCore
 from .leases import lease_name, wait_for_lease, wait_until_free
 from .model_runs import apply_hints, arun_observer
@@ -34,11 +35,11 @@ async def aobserve_now(core: EngineCore, step: StepState, record: OMRecord, plan
     ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
     own_cycle_over = not core.config.buffering_enabled or await _await_own_buffering(core, step, ttl)
     async with wait_for_lease(core.store, lease_name(step.key, "observe"), ttl,
-                              lambda: core.waiting("lease:observe", step.key, ttl)):
+                              lease_wait(core, "lease:observe", step.key, ttl)):
         if core.config.buffering_enabled and own_cycle_over:
             # another worker's chunk of these messages; a cycle starting now sees `observe` taken and skips
             await wait_until_free(core.store, lease_name(step.key, "buffer"), ttl,
-                                  lambda: core.waiting("lease:buffer", step.key, ttl))
+                                  lease_wait(core, "lease:buffer", step.key, ttl))
         latest = await core.aload_record(step.resource_id, step.thread_id)
         if latest.version != record.version:  # another worker observed meanwhile: plan on what is left
             record, window = latest, await core.awindow(latest, step.resource_id, step.thread_id)

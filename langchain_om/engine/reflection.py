@@ -20,6 +20,7 @@ from ..model_calls.spend import add_to_record as add_spend
 from ..store.base import BufferedReflection, ObservationGroup, OMRecord, RecordConflictError, new_id, utcnow
 from . import planner
 from .activation import reflection_signals
+from .buffer_handoff import lease_wait
 from .core import EngineCore
 from .leases import lease_name, try_lease, wait_for_lease
 from .model_runs import Reflected, apply_hints, arun_reflector
@@ -64,7 +65,7 @@ async def _areflect_leased(core: EngineCore, step: StepState, record: OMRecord, 
         async with try_lease(core.store, name, ttl) as held:
             return await _reflect_held(core, step, record, window_tokens) if held else record
     await _await_own_buffered_reflection(core, step, ttl)
-    async with wait_for_lease(core.store, name, ttl, lambda: core.waiting("lease:reflect", step.key, ttl)):
+    async with wait_for_lease(core.store, name, ttl, lease_wait(core, "lease:reflect", step.key, ttl)):
         return await _reflect_held(core, step, record, window_tokens)
 
 

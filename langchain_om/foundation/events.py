@@ -243,8 +243,9 @@ class WaitData(_Data):
     record; ``own-buffering``: this process's buffering cycle on the messages to observe;
     ``own-reflection``: this process's buffered reflection of a log over ``block_after``;
     ``lease:observe`` / ``lease:buffer`` / ``lease:reflect``: another worker's cycle;
-    ``background-task``: a cycle ``await_background`` or shutdown waits for; ``background-bound``: a cycle cut off at its
-    bound). A ``start`` is sent only when the wait does not end at once; its ``end`` carries
+    ``background-task``: a cycle ``await_background`` or shutdown waits for;
+    ``background-bound``: a cycle cut off at its bound). A ``start`` is sent only when the wait does
+    not end at once; its ``end`` carries
     ``waited_ms`` and ``outcome`` (``done``, ``timeout``, ``cancelled``)."""
 
     wait_id: str
