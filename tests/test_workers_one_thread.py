@@ -31,7 +31,9 @@ from om_fakes import is_reflector_prompt
 from pydantic import ConfigDict, Field
 
 from langchain_om import ObservationalMemory
+from langchain_om.engine.leases import _release, _try, lease_name
 from langchain_om.store import OMStore
+from langchain_om.store.base import record_key
 from langchain_om.store.sqlite import SQLiteStore
 
 _NOTE = re.compile(r"(?:inventory|在庫) (\d+)")
@@ -58,6 +60,9 @@ class GatedModel(FakeListChatModel):
     reflector_inputs: list[str] = Field(default_factory=list)
     calls: int = 0
     hold_reflector: bool = False
+    hold_observer: bool = False
+    observing: asyncio.Event = Field(default_factory=asyncio.Event)
+    observer_gate: asyncio.Event = Field(default_factory=asyncio.Event)
     gate: asyncio.Event = Field(default_factory=asyncio.Event)
     reflecting: asyncio.Event = Field(default_factory=asyncio.Event)
     delay: float = 0.0
@@ -70,6 +75,9 @@ class GatedModel(FakeListChatModel):
                 await self.gate.wait()
         else:
             self.observer_inputs.append(str(messages[-1].content).split("<transcript>", 1)[-1])
+            if self.hold_observer:
+                self.observing.set()
+                await self.observer_gate.wait()
         await asyncio.sleep(self.delay)
         return await super()._agenerate(messages, *args, **kwargs)
 
@@ -192,6 +200,56 @@ async def test_a_buffered_reflection_that_races_a_commit_is_staged_not_lost(tmp_
     assert staged_or_applied, "the Reflector's result was kept, not lost to the version race"
     for om in (first, second):
         await om.aclose()
+
+
+async def test_a_step_waiting_for_another_workers_lease_lets_its_own_cycles_finish(tmp_path: Path) -> None:
+    """A step over ``block_after`` waits for another worker's reflection holding the record's
+    in-process lock; its own buffering cycle needs that lock to stage its chunk. Were the lock
+    not lent for the wait, the chunk (and the cycle's ``buffer`` lease, which the other worker's
+    steps wait for) would stay stuck until the step ends: across processes, a cycle of waits
+    that only ``lease_ttl`` broke."""
+    model = GatedModel()
+    waits: list[str] = []
+    builder = ObservationalMemory(SQLiteStore(tmp_path / "om.db"), model=model, token_counter="estimator",
+                                  observation={"message_tokens": 300, "buffer_tokens": False},
+                                  reflection={"observation_tokens": 1_000_000})
+    worker = ObservationalMemory(
+        SQLiteStore(tmp_path / "om.db"), model=model, token_counter="estimator",
+        observation={"message_tokens": 2000, "buffer_tokens": 100, "buffer_on_idle": True},
+        reflection={"observation_tokens": 400, "block_after": 1}, failure_policy={"lease_ttl": 60_000},
+        on_debug_event=lambda e: waits.append(f"{e.data.waits_for} {e.data.phase}") if e.type == "data-om-wait"
+        else None)
+    full = history(30)
+    end = 2
+    for end in range(2, len(full) + 1, 2):  # a log over the reflection threshold, observed by another worker
+        if (await builder.aprocess("t1", full[:end], resource_id="alice")).record.observation_tokens > 450:
+            break
+    other = "another-worker"  # reflecting this log right now
+    store = SQLiteStore(tmp_path / "om.db")
+    name = lease_name(record_key("alice", "t1"), "reflect")
+    assert await _try(store, name, other, 60)
+    model.hold_observer = True
+    await worker.aon_turn_end("t1", full[: end + 2], resource_id="alice")  # starts a buffering cycle
+    await asyncio.wait_for(model.observing.wait(), 30)
+    step = asyncio.ensure_future(worker.aprocess("t1", full[: end + 2], resource_id="alice"))
+    for _ in range(1500):
+        if "lease:reflect start" in waits or step.done():
+            break
+        await asyncio.sleep(0.02)
+    assert "lease:reflect start" in waits and not step.done(), "over block_after, the step waits"
+    model.observer_gate.set()  # the buffering cycle's Observer answers while the step still waits
+    for _ in range(500):
+        if (await builder.aget_record("t1", resource_id="alice")).buffered_chunks:
+            break
+        await asyncio.sleep(0.02)
+    assert (await builder.aget_record("t1", resource_id="alice")).buffered_chunks, "the chunk was staged"
+    assert not step.done()
+    await _release(store, name, other)
+    ctx = await asyncio.wait_for(step, 30)
+    assert ctx.record.generation_count == 1, "then it reflected the log itself"
+    for closing in (builder, worker):
+        await closing.aclose()
+    await store.aclose()
 
 
 @pytest.mark.parametrize("buffered", [False, True], ids=["sync", "buffered"])
