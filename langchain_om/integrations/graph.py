@@ -39,7 +39,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from ..engine import ObservationalMemory, OMAborted, OMContext, Phase
 from ..engine.live_runs import closed_at_turn_end
-from ..extensions.branches import POSITION_KEY, aposition, aresolve
+from ..extensions.branches import POSITION_KEY, BranchRun, aposition, aresolve
 from ..foundation.context import OM_CONTEXT_MESSAGE_ID
 from ..foundation.run_ids import resource_from
 
@@ -112,11 +112,21 @@ async def aprocess_at_checkpoint(
     ``live``: the run's end of turn closes it (``aturn_end_at_checkpoint`` or ``_close_at_exits``),
     so background cycles that end before that stream their events into it (``live_runs.py``).
     """
+    context, run = await aprocess_on_branch(om, state, messages, config, live=live, **kwargs)
+    return context, await aposition(om, run), run.branch, run.resource_id
+
+
+async def aprocess_on_branch(
+    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig, *,
+    live: bool = False, **kwargs: Any,
+) -> tuple[OMContext, BranchRun]:
+    """``aprocess_at_checkpoint`` without the position: for a caller that writes the position
+    later (the middleware writes it once, after the model answered), saving its store reads."""
     thread_id, resource_id = ids_from_config(config)
     run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
     with closed_at_turn_end(live):
         context = await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config, **kwargs)
-    return context, await aposition(om, run), run.branch, run.resource_id
+    return context, run
 
 
 async def aturn_end_at_checkpoint(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, cast
 
@@ -36,7 +37,7 @@ from typing_extensions import NotRequired
 from ..engine import ObservationalMemory, OMContext
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
 from ..foundation.context import merge_system_messages
-from .graph import TRIPWIRE_KEY, aprocess_at_checkpoint, aturn_end_at_checkpoint, om_tools, tripwire_message
+from .graph import TRIPWIRE_KEY, aprocess_on_branch, aturn_end_at_checkpoint, ids_from_config, om_tools, tripwire_message
 
 __all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
 
@@ -123,6 +124,9 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         self.remove_observed = remove_observed
         self.keep_in_state = keep_in_state
         self.tools: Sequence[BaseTool] = om_tools(om)
+        # thread -> (position, messages) the model node's end of turn stored and wrote: the
+        # run's after_agent finds its state unchanged and skips four store reads (bounded LRU)
+        self._turn_ends: OrderedDict[tuple[str, str | None], tuple[dict[str, Any], list[BaseMessage]]] = OrderedDict()
 
     @property
     def name(self) -> str:
@@ -139,7 +143,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
 
     def _finish(
         self, response: ModelResponse[Any], request: ModelRequest[Any], context: OMContext,
-        branch: str, resource_id: str | None, position: dict[str, Any],
+        branch: str, resource_id: str | None,
     ) -> tuple[ModelResponse[Any], list[BaseMessage], bool]:
         """The model node's answer with the removal of observed messages in front of it, the
         state's messages after this update, and whether the answer ends the turn.
@@ -162,31 +166,57 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         answer = ModelResponse(result=[*removals, *replies], structured_response=response.structured_response)
         return answer, after, _ends_turn(response)
 
-    async def _aturn_end(self, after: list[BaseMessage], branch: str, resource_id: str | None,
-                         position: dict[str, Any]) -> dict[str, Any]:
+    async def _aturn_end(self, after: list[BaseMessage], branch: str, resource_id: str | None) -> dict[str, Any]:
         """The end of a turn, in the model node that wrote the final answer: store it (and buffer on
         idle), so the position beside the answer already covers it and ``after_agent`` has nothing
         to write (an update holding only ``om_position`` breaks ``update["messages"]`` loops)."""
-        await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=_run_config())
-        return await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
-
-    async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, dict[str, Any], str, str | None]:
         config = _run_config()
-        return await aprocess_at_checkpoint(self.om, request.state or {}, _plain(request.messages), config,
-                                            live=True, current_model=model_id(request.model))
+        await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=config)
+        position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
+        self._turn_ends[ids_from_config(config)] = (position, after)
+        self._turn_ends.move_to_end(ids_from_config(config))
+        while len(self._turn_ends) > self.om.cache_limit:
+            self._turn_ends.popitem(last=False)
+        return position
+
+    async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, BranchRun]:
+        """The OM step; the position is read once the model answered (``_aposition``), not here:
+        at the end of a turn ``_aturn_end`` reads it anyway, after storing the answer."""
+        config = _run_config()
+        return await aprocess_on_branch(self.om, request.state or {}, _plain(request.messages), config,
+                                        live=True, current_model=model_id(request.model))
+
+    async def _aposition(self, run: BranchRun) -> dict[str, Any]:
+        return await aposition(self.om, run)
+
+    async def _aunchanged_since_turn_end(self, state: OMAgentState, config: RunnableConfig) -> bool:
+        """Whether the run's state is what the model node's end of turn stored and wrote: the same
+        position and the very same message objects (an ``after_model`` edit or a ``return_direct``
+        tool makes new ones). Then the turn end has nothing to store and the position stands; only
+        the run's live events close. A state of another run on the thread never matches."""
+        ended = self._turn_ends.pop(ids_from_config(config), None)
+        if ended is None or state.get(POSITION_KEY) != ended[0]:
+            return False
+        now = state["messages"]
+        if len(now) != len(ended[1]) or any(a is not b for a, b in zip(now, ended[1], strict=True)):
+            return False
+        await self.om._live_runs.aclose(config)  # the run ends here, as aturn_end_at_checkpoint would close it
+        return True
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        context, position, branch, resource_id = await self._astep(request)
+        context, run = await self._astep(request)
         if context.aborted:
-            return _answer(ModelResponse(result=[tripwire_message(context.aborted)]), position)
+            return _answer(ModelResponse(result=[tripwire_message(context.aborted)]), await self._aposition(run))
         response = await handler(self._request(request, context))
-        answer, after, ends = self._finish(response, request, context, branch, resource_id, position)
+        answer, after, ends = self._finish(response, request, context, run.branch, run.resource_id)
         if ends:
-            position = await self._aturn_end(after, branch, resource_id, position)
+            position = await self._aturn_end(after, run.branch, run.resource_id)
+        else:
+            position = await self._aposition(run)
         return _answer(answer, position)
 
     def wrap_model_call(
@@ -194,22 +224,30 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        context, position, branch, resource_id = self.om._loop.run(self._astep(request))
+        context, run = self.om._loop.run(self._astep(request))
         if context.aborted:
-            return _answer(ModelResponse(result=[tripwire_message(context.aborted)]), position)
+            return _answer(ModelResponse(result=[tripwire_message(context.aborted)]),
+                           self.om._loop.run(self._aposition(run)))
         response = handler(self._request(request, context))
-        answer, after, ends = self._finish(response, request, context, branch, resource_id, position)
+        answer, after, ends = self._finish(response, request, context, run.branch, run.resource_id)
         if ends:
-            position = self.om._loop.run(self._aturn_end(after, branch, resource_id, position))
+            position = self.om._loop.run(self._aturn_end(after, run.branch, run.resource_id))
+        else:
+            position = self.om._loop.run(self._aposition(run))
         return _answer(answer, position)
 
 
     async def aafter_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), _run_config())
+        config = _run_config()
+        if await self._aunchanged_since_turn_end(state, config):
+            return None
+        position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config)
         return _position_update(state, position)
 
     def after_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         config = _run_config()
+        if self.om._loop.run(self._aunchanged_since_turn_end(state, config)):
+            return None
         position = self.om._loop.run(aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config))
         return _position_update(state, position)
 
