@@ -46,6 +46,7 @@ from ..store.base import (
     OMRecord,
     OMStore,
     RecordConflictError,
+    RecordStamp,
     StoredMessage,
     SupportsLoopBinding,
     SupportsRecordStamp,
@@ -317,6 +318,21 @@ class EngineCore:
                 if key in self._records:  # another task may have evicted it during the await: a miss, not an error
                     self._records.move_to_end(key)
                 return cached
+        return await self._aread_record(resource_id, record_thread, key)
+
+    async def arecord_at_stamp(self, resource_id: str, thread_id: str, stamp: RecordStamp | None) -> OMRecord:
+        """``aload_record`` for a caller that has just read the record's stamp (with the thread's
+        head, ``SupportsThreadHead``): the cached record when the stamp matches, else a full read."""
+        record_thread = self.record_thread(thread_id)
+        key = record_key(resource_id, record_thread)
+        cached = self._records.get(key)
+        if cached is not None and stamp is not None and stamp == (cached.version, cached.updated_at):
+            self._records.move_to_end(key)  # no await since the lookup: still there
+            return cached
+        return await self._aread_record(resource_id, record_thread, key)
+
+    async def _aread_record(self, resource_id: str, record_thread: str | None, key: str) -> OMRecord:
+        """The stored record, parsed and cached; a fresh one is created when none is stored."""
         record = await self.store.aget_record(resource_id, record_thread)
         if record is not None:
             self.keep_for_record(self._records, key, record)

@@ -37,6 +37,7 @@ from ..store.base import (
     OMRecord,
     RecordConflictError,
     StoredMessage,
+    SupportsThreadHead,
     new_id,
     thread_key,
 )
@@ -51,6 +52,7 @@ SNAPSHOT_NAMESPACE = "om-branch"
 _WM_NAMESPACE = "working_memory"
 _SCAN_LIMIT = 256  # rows read past a position to tell a retried step from a fork
 _NEWEST_PAGE = 8  # rows read from the newest end to find the newest message (edits are rare)
+_FIRST_PAGE = 2  # the first such read: it also tells an empty branch, so no separate last-seq read
 
 
 class ForeignResourceError(ValueError):
@@ -206,8 +208,8 @@ async def _fork_point(
 ) -> int | None:
     """The ``seq`` on ``branch`` the caller's state stands at when OM has stored a later row the
     state never had (the caller runs from the past); None when the step continues the branch."""
-    last = await om.store.alast_seq(resolved, branch)
     if position is not None:
+        last = await om.store.alast_seq(resolved, branch)
         if last <= position.seq:
             return None  # the common case: one small read
         later = await om.store.aget_messages(resolved, branch, after_seq=position.seq, limit=_SCAN_LIMIT)
@@ -216,8 +218,6 @@ async def _fork_point(
         if len(later) < _SCAN_LIMIT and all(r.kind != "message" or r.id in incoming for r in later):
             return None
         return position.seq
-    if last == 0:
-        return None
     incoming = _ids(messages)
     if not incoming:
         return None
@@ -226,7 +226,7 @@ async def _fork_point(
     # the state holds. Cost: the newest rows and an id lookup, never a walk down the history.
     newest = await _newest_message_seq(om, resolved, branch, incoming)
     if newest is None:
-        return None  # the newest stored message is in the state: the step continues the branch
+        return None  # an empty branch, or the newest stored message is in the state: it continues
     found = await om.store.aget_messages_by_ids(resolved, branch, sorted(incoming))
     held = [row.seq for row in found if row.kind == "message" and row.seq < newest]
     # none held: the state shares nothing with the stored thread (a stateless caller sending
@@ -235,10 +235,13 @@ async def _fork_point(
 
 
 async def _newest_message_seq(om: MemoryHost, resolved: str, branch: str, incoming: set[str]) -> int | None:
-    """The ``seq`` of the branch's newest message row, or None when the state holds that message."""
+    """The ``seq`` of the branch's newest message row, or None when the branch holds none or the
+    state holds that message. The first page is the newest two rows (the newest row is nearly
+    always a message: the last reply); edit and marker rows page on."""
     before: int | None = None
     while True:
-        rows = await om.store.aget_messages(resolved, branch, before_seq=before, limit=_NEWEST_PAGE, descending=True)
+        page = _FIRST_PAGE if before is None else _NEWEST_PAGE
+        rows = await om.store.aget_messages(resolved, branch, before_seq=before, limit=page, descending=True)
         if not rows:
             return None
         for row in rows:
@@ -361,8 +364,12 @@ async def aposition(om: MemoryHost, run: BranchRun) -> dict[str, Any]:
     A step that changed nothing costs one small read (the branch's last seq) and a cached record check."""
     cache = _cache(om)
     resolved = om.resolve_resource(run.branch, run.resource_id)
-    seq = await om.store.alast_seq(resolved, run.branch)
-    record = await om.aload_record(resolved, run.branch)  # cached: a stamp read when unchanged
+    if isinstance(om.store, SupportsThreadHead):  # one read for both
+        seq, stamp = await om.store.aget_thread_head(resolved, run.branch, om.record_thread(run.branch))
+        record = await om.arecord_at_stamp(resolved, run.branch, stamp)
+    else:
+        seq = await om.store.alast_seq(resolved, run.branch)
+        record = await om.aload_record(resolved, run.branch)  # cached: a stamp read when unchanged
     snap_key = (resolved, record.id, record.version)
     if snap_key not in cache.snapshots:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"record:{record.id}:{record.version}",

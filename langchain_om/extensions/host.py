@@ -17,7 +17,7 @@ from langchain_core.messages import BaseMessage
 from ..foundation.config import OMConfig
 from ..foundation.events import OMEvent
 from ..foundation.tokens import TokenCounter
-from ..store.base import OMRecord, OMStore, StoredMessage
+from ..store.base import OMRecord, OMStore, RecordStamp, StoredMessage
 
 _T = TypeVar("_T")
 
@@ -58,6 +58,9 @@ class MemoryHost(Protocol):
 
     async def aload_record(self, resource_id: str, thread_id: str) -> OMRecord:
         """The current record (shared with the engine's cache: never change it)."""
+
+    async def arecord_at_stamp(self, resource_id: str, thread_id: str, stamp: RecordStamp | None) -> OMRecord:
+        """``aload_record`` given the record's stamp the caller has just read."""
 
     def remember_thread_rows(self, resource_id: str, thread_id: str, rows: Sequence[StoredMessage],
                              parsed: dict[str, BaseMessage] | None = None) -> None:

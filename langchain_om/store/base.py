@@ -286,6 +286,19 @@ class SupportsRecordStamp(Protocol):
 
 
 @runtime_checkable
+class SupportsThreadHead(Protocol):
+    """Optional fast path of a store: a thread's last ``seq`` and a record's stamp in one read.
+
+    A checkpoint's position names both (``extensions/branches.py``); read apart they cost two
+    round trips per position on a networked store. Stores without it answer in two reads."""
+
+    async def aget_thread_head(
+        self, resource_id: str, thread_id: str, record_thread: str | None
+    ) -> tuple[int, RecordStamp | None]:
+        """``(alast_seq(resource_id, thread_id), aget_record_stamp(resource_id, record_thread))``."""
+
+
+@runtime_checkable
 class SupportsLoopBinding(Protocol):
     """Optional: a store whose connections belong to the event loop that opened them (an asyncio
     connection pool). OM's sync twins then refuse to run from inside that loop, at once: they

@@ -445,6 +445,16 @@ class InMemoryStore(MemoryThreadListing):
         with self._lock:
             return self._stamps.get(record_key(resource_id, thread_id))
 
+    async def aget_thread_head(
+        self, resource_id: str, thread_id: str, record_thread: str | None
+    ) -> tuple[int, RecordStamp | None]:
+        """The thread's last ``seq`` and the record's stamp under one lock hold (``SupportsThreadHead``)."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        _, record_thread = u.check_record_ids(resource_id, record_thread)
+        with self._lock:
+            rows = self._thread_messages(resource_id, thread_id)
+            return (rows[-1].seq if rows else 0), self._stamps.get(record_key(resource_id, record_thread))
+
     async def acommit_record(
         self,
         record: OMRecord,

@@ -44,6 +44,7 @@ from .base import (
     utcnow,
 )
 from .known import stored_fingerprint
+from .postgres_append import MessageRow, claim_and_read, write_rows
 from .postgres_cjk import CJK_TABLE, index_cjk
 from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
@@ -326,20 +327,11 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
                 if row is not None and row["resource_id"] != resource_id:
                     raise InvalidStoreInput("thread_id", "is not available")
                 return []
+            # four statements whatever the batch (postgres_append.py): lock, claim and read, write
             await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
-            await self._claim(cur, resource_id, thread_id, None, None)
-            await cur.execute(
-                self._q("SELECT id FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s)"),
-                (thread_id, [m.id for m, _ in encoded]),
-            )
-            seen = {row["id"] for row in await cur.fetchall()}
-            await cur.execute(
-                self._q("SELECT COALESCE(MAX(seq), 0) AS last FROM {s}.messages WHERE thread_id = %s"), (thread_id,)
-            )
-            last_row = await cur.fetchone()
-            last = int(last_row["last"]) if last_row is not None else 0
+            seen, last = await claim_and_read(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded])
             inserted: list[StoredMessage] = []
-            rows: list[tuple[Any, ...]] = []
+            rows: list[MessageRow] = []
             entries: list[tuple[str, str, str, str]] = []
             for message, data in encoded:
                 if message.id in seen:
@@ -362,19 +354,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
                     )
                 )
             if rows:
-                await cur.executemany(
-                    self._q(
-                        "INSERT INTO {s}.messages (id, resource_id, thread_id, seq, kind, data, tokens, created_at, "
-                        "fingerprint) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                    ),
-                    rows,
-                )
-                if entries:
-                    await cur.executemany(self._q(INSERT_SEARCH), entries)
-                    await index_cjk(cur, self._q, entries)
-                await cur.execute(
-                    self._q("UPDATE {s}.threads SET updated_at = %s WHERE thread_id = %s"), (utcnow(), thread_id)
-                )
+                await write_rows(cur, self._q, thread_id, rows, entries)
         return inserted
 
     async def aget_messages(

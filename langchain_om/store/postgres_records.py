@@ -73,6 +73,24 @@ class PostgresRecords(PostgresConnection):
             row = await cur.fetchone()
         return (int(row["version"]), u.to_utc(row["updated_at"])) if row is not None else None
 
+    async def aget_thread_head(
+        self, resource_id: str, thread_id: str, record_thread: str | None
+    ) -> tuple[int, RecordStamp | None]:
+        """The thread's last ``seq`` and the record's stamp in one statement (``SupportsThreadHead``)."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        _, record_thread = u.check_record_ids(resource_id, record_thread)
+        async with self._one() as cur:
+            await cur.execute(
+                self._q("SELECT (SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE resource_id = %s "
+                        "AND thread_id = %s) AS n, r.version, r.updated_at AT TIME ZONE 'UTC' AS updated_at "
+                        "FROM (SELECT 1) AS one LEFT JOIN {s}.records AS r ON r.key = %s AND r.resource_id = %s"),
+                (resource_id, thread_id, record_key(resource_id, record_thread), resource_id),
+            )
+            row = await cur.fetchone()
+        assert row is not None  # one row whatever is stored
+        stamp = (int(row["version"]), u.to_utc(row["updated_at"])) if row["version"] is not None else None
+        return int(row["n"]), stamp
+
     async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
 

@@ -75,6 +75,7 @@ class SQLiteConnection:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._changes_at_checkpoint = 0
+        self._waits = True  # the connection's busy timeout: busy_timeout_ms (True) or zero (inline calls)
         self._fts = schema.fts5_available()  # confirmed (index present) on every open, in _migrate
 
     @property
@@ -98,6 +99,7 @@ class SQLiteConnection:
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            self._waits = True
             schema.check_not_newer(conn, self.path)
             if not self.in_memory:
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -154,6 +156,7 @@ class SQLiteConnection:
             if self._conn is None:
                 self._conn = self._connect()
                 self._changes_at_checkpoint = 0  # total_changes counts from each connection's opening
+            self._set_waits(self._conn, True)
             return fn(self._conn)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
@@ -172,25 +175,26 @@ class SQLiteConnection:
         ``busy_timeout_ms`` allows. ``fn`` must therefore be a read or a whole transaction.
         """
 
-        def without_waiting(conn: sqlite3.Connection) -> T:
-            conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                return fn(conn)
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-
         if self._lock.acquire(blocking=False):
             try:
                 if self._conn is not None and not self._checkpoint_due(self._conn):
                     try:
-                        return self._locked_call(without_waiting)
-                    except StoreError as exc:
-                        if not is_busy(exc.__cause__):
-                            raise
+                        self._set_waits(self._conn, False)  # stays zero for the next inline call
+                        return fn(self._conn)
+                    except sqlite3.Error as exc:
+                        if not is_busy(exc):
+                            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
             finally:
                 self._lock.release()
         # the connection is in use or not open yet, a checkpoint is due, or a lock was held
         return await self._run(fn)
+
+    def _set_waits(self, conn: sqlite3.Connection, waits: bool) -> None:
+        """Set the busy timeout only when it changes: a run of inline calls pays no PRAGMA each
+        (the caller holds ``_lock``; every use of the connection passes here first)."""
+        if waits != self._waits:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms) if waits else 0}")
+            self._waits = waits
 
     async def asetup(self) -> None:
         """Open the file, switch to WAL and create or migrate the schema (idempotent)."""

@@ -64,6 +64,26 @@ class SQLiteRecords(SQLiteConnection):
 
         return await self._run_inline(run)
 
+    async def aget_thread_head(
+        self, resource_id: str, thread_id: str, record_thread: str | None
+    ) -> tuple[int, RecordStamp | None]:
+        """The thread's last ``seq`` and the record's stamp in one statement (``SupportsThreadHead``)."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        _, record_thread = u.check_record_ids(resource_id, record_thread)
+        key = record_key(resource_id, record_thread)
+
+        def run(conn: sqlite3.Connection) -> tuple[int, RecordStamp | None]:
+            row = conn.execute(
+                "SELECT (SELECT COALESCE(MAX(seq), 0) FROM messages WHERE resource_id = ? AND thread_id = ?), "
+                "r.version, r.updated_at FROM (SELECT 1) AS one "
+                "LEFT JOIN records AS r ON r.key = ? AND r.resource_id = ?",
+                (resource_id, thread_id, key, resource_id),
+            ).fetchone()
+            stamp = (int(row[1]), u.from_iso(row[2])) if row[1] is not None else None
+            return int(row[0]), stamp
+
+        return await self._run_inline(run)
+
     async def acommit_record(
         self,
         record: OMRecord,
