@@ -159,7 +159,8 @@ async def test_the_thread_head_is_the_last_seq_and_the_record_stamp_in_one_read(
     assert await store.aget_thread_head("ユーザー", "スレッド", "スレッド") == (3, None)
     committed = await store.acommit_record(OMRecord(resource_id="ユーザー", thread_id="スレッド"), expected_version=0)
     head = await store.aget_thread_head("ユーザー", "スレッド", "スレッド")
-    assert head == (3, (committed.version, committed.updated_at)) == (3, await store.aget_record_stamp("ユーザー", "スレッド"))
+    stamp = await store.aget_record_stamp("ユーザー", "スレッド")
+    assert head == (3, (committed.version, committed.updated_at)) == (3, stamp)
     # resource scope: the record without a thread; another resource sees neither
     assert await store.aget_thread_head("ユーザー", "スレッド", None) == (3, None)
     assert await store.aget_thread_head("someone-else", "スレッド", "スレッド") == (0, None)

@@ -37,7 +37,14 @@ from typing_extensions import NotRequired
 from ..engine import ObservationalMemory, OMContext
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
 from ..foundation.context import merge_system_messages
-from .graph import TRIPWIRE_KEY, aprocess_on_branch, aturn_end_at_checkpoint, ids_from_config, om_tools, tripwire_message
+from .graph import (
+    TRIPWIRE_KEY,
+    aprocess_on_branch,
+    aturn_end_at_checkpoint,
+    ids_from_config,
+    om_tools,
+    tripwire_message,
+)
 
 __all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
 
