@@ -132,6 +132,11 @@ class PostgresRecords(PostgresConnection):
         stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
         body_text = u.record_json(stored)
         body = jsonb(json.loads(body_text), "record")
+        if not marks and expected > 0:
+            # the common commit (a chunk staged, a flag set): one compare-and-swap statement on its own
+            async with self._one() as cur:
+                await self._swap(cur, key, record.resource_id, expected, body, now)
+            return u.record_from_json(body_text)
         async with self._tx() as cur:
             for thread_id in sorted(marks):
                 # the thread's append lock, taken before the record's row lock as adelete_thread
@@ -148,21 +153,27 @@ class PostgresRecords(PostgresConnection):
                 if await cur.fetchone() is None:
                     raise RecordConflictError(f"record {key!r} already exists (expected to create it)")
             else:
-                await cur.execute(
-                    self._q("SELECT version FROM {s}.records WHERE key = %s AND resource_id = %s FOR UPDATE"),
-                    (key, record.resource_id),
-                )
-                row = await cur.fetchone()
-                current = int(row["version"]) if row is not None else 0
-                if current != expected:
-                    raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
-                await cur.execute(
-                    self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
-                    (expected + 1, body, now, key),
-                )
+                await self._swap(cur, key, record.resource_id, expected, body, now)
             for thread_id, seq in sorted(marks.items()):
                 await self._mark_observed(cur, record.resource_id, thread_id, seq, now)
         return u.record_from_json(body_text)
+
+    async def _swap(self, cur: Cursor, key: str, resource_id: str, expected: int, body: Any, now: datetime) -> None:
+        """Write version ``expected + 1`` if the stored record is at ``expected``: one statement.
+        A concurrent writer's update makes this one wait for its row lock and then re-check the
+        version on the row it committed (READ COMMITTED), so exactly one of two racing swaps wins."""
+        await cur.execute(
+            self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s "
+                    "WHERE key = %s AND resource_id = %s AND version = %s RETURNING version"),
+            (expected + 1, body, now, key, resource_id, expected),
+        )
+        if await cur.fetchone() is not None:
+            return
+        await cur.execute(self._q("SELECT version FROM {s}.records WHERE key = %s AND resource_id = %s"),
+                          (key, resource_id))
+        row = await cur.fetchone()
+        current = int(row["version"]) if row is not None else 0
+        raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
 
     async def _mark_observed(self, cur: Cursor, resource_id: str, thread_id: str, seq: int, now: datetime) -> None:
         """Mark the thread's rows up to ``seq`` observed, touching only those past its
