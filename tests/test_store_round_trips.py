@@ -10,6 +10,7 @@ not times: speed lives in ``python -m benchmarks.load``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -190,3 +191,22 @@ async def test_an_append_stores_indexes_and_numbers_every_row(store: OMStore, co
             assert {h.message.id for h in hits} >= {f"m{i}" for i in range(count)}, word
     with pytest.raises(InvalidStoreInput, match="thread_id"):
         await store.aappend_messages("r2", "t1", [NewMessage(id="x", data=_dumped("hi"))])
+
+
+async def test_a_lease_is_free_exactly_when_another_owner_could_take_it(store: OMStore) -> None:
+    """``is_free`` (background buffering asks it before each cycle) reads what ``atry_lease`` would
+    find, in one read instead of a take and a release."""
+    if not hasattr(store, "alease_free"):
+        pytest.skip("in-process leases (the engine's own)")
+    name = "observe:レコード\x1fthread"
+    lease_store: Any = store
+    assert await lease_store.alease_free(name)
+    assert await lease_store.atry_lease(name, "worker-a", 30.0)
+    assert not await lease_store.alease_free(name)
+    assert not await lease_store.atry_lease(name, "worker-b", 30.0)  # agrees with a take
+    await lease_store.arelease_lease(name, "worker-a")
+    assert await lease_store.alease_free(name)
+    assert await lease_store.atry_lease(name, "worker-a", 0.001)
+    await asyncio.sleep(0.05)  # expired: free, and another owner takes it
+    assert await lease_store.alease_free(name)
+    assert await lease_store.atry_lease(name, "worker-b", 30.0)

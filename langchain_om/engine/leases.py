@@ -139,7 +139,10 @@ async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
 async def is_free(store: Any, name: str) -> bool:
     """Whether nobody holds ``name`` right now (taken and given back at once; a hint, not a hold).
 
-    So short a hold needs no heartbeat (and starts none)."""
+    So short a hold needs no heartbeat (and starts none). A store that can answer with a read
+    (``alease_free``) does: one round trip, and no write."""
+    if hasattr(store, "alease_free"):
+        return bool(await store.alease_free(name))
     owner = uuid.uuid4().hex
     if not await _try(store, name, owner, 5.0):
         return False

@@ -111,6 +111,17 @@ class PostgresRecords(PostgresConnection):
             )
             return await cur.fetchone() is not None
 
+    async def alease_free(self, name: str) -> bool:
+        """Whether nobody holds an unexpired lease ``name`` (a read: what ``atry_lease`` would find)."""
+        async with self._one() as cur:
+            await cur.execute(
+                self._q(f"SELECT NOT EXISTS (SELECT 1 FROM {{s}}.leases WHERE name = %s "
+                        f"AND expires_at >= {_SERVER_EPOCH}) AS free"),
+                (name,),
+            )
+            row = await cur.fetchone()
+        return bool(row is not None and row["free"])
+
     async def arelease_lease(self, name: str, owner: str) -> None:
         """Give the lease back (a no-op when ``owner`` no longer holds it)."""
         async with self._one() as cur:

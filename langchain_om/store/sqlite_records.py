@@ -145,6 +145,11 @@ class SQLiteRecords(SQLiteConnection):
 
         return await self._run(run)
 
+    async def alease_free(self, name: str) -> bool:
+        """Whether nobody holds an unexpired lease ``name`` (a read: what ``atry_lease`` would find)."""
+        return await self._run_inline(lambda conn: conn.execute(
+            "SELECT 1 FROM leases WHERE name = ? AND expires_at >= ?", (name, time.time())).fetchone() is None)
+
     async def arelease_lease(self, name: str, owner: str) -> None:
         """Give the lease back (a no-op when ``owner`` no longer holds it)."""
 
