@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage, message_to_dict
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, HumanMessage, message_to_dict
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_om import ObservationalMemory
@@ -210,3 +211,28 @@ async def test_a_lease_is_free_exactly_when_another_owner_could_take_it(store: O
     await asyncio.sleep(0.05)  # expired: free, and another owner takes it
     assert await lease_store.alease_free(name)
     assert await lease_store.atry_lease(name, "worker-b", 30.0)
+
+
+class _Postscript(AgentMiddleware[Any, Any, Any]):
+    """An ``after_model`` that rewrites the reply (same id, new text) and adds a note after it."""
+
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        reply = state["messages"][-1]
+        edited = reply.model_copy(update={"content": f"{reply.content} (確認済み / checked)"})
+        return {"messages": [edited, AIMessage("追伸: P.S. bring an umbrella", id=f"ps-{reply.id}")]}
+
+
+async def test_after_agent_still_stores_what_another_middleware_changed_after_the_model(store: OMStore) -> None:
+    """after_agent skips its reads only when the state is exactly what the model node's end of
+    turn stored: an ``after_model`` edit and an added message are stored as before."""
+    om = ObservationalMemory(store, model=ScriptedObserverModel(), token_counter="estimator",
+                             observation={"message_tokens": 100_000, "buffer_tokens": False})
+    agent = create_agent(ScriptedAgentModel(), [], middleware=[_Postscript(), ObservationalMemoryMiddleware(om)])
+    for turn in range(2):
+        await agent.ainvoke({"messages": [_ask(1, turn)]}, {"configurable": {"thread_id": "ps"}})
+    rows = await store.aget_messages(om.resolve_resource("ps", None), "ps")
+    ais = [r.data["data"]["content"] for r in rows if r.data.get("type") == "ai"]
+    assert len(ais) == 4, ais
+    assert all("checked" in text for text in ais[0::2]), ais  # the edited replies, not the originals
+    assert ais[1::2] == ["追伸: P.S. bring an umbrella"] * 2
+    await om.aclose()

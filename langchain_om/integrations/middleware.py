@@ -180,10 +180,15 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         config = _run_config()
         await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=config)
         position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
-        self._turn_ends[ids_from_config(config)] = (position, after)
-        self._turn_ends.move_to_end(ids_from_config(config))
+        key = ids_from_config(config)
+        # no move_to_end: a sync twin on OM's loop thread may pop the key in between (a miss, not an error)
+        self._turn_ends.pop(key, None)
+        self._turn_ends[key] = (position, after)
         while len(self._turn_ends) > self.om.cache_limit:
-            self._turn_ends.popitem(last=False)
+            try:
+                self._turn_ends.popitem(last=False)  # an entry lost here only costs after_agent its reads
+            except KeyError:
+                break
         return position
 
     async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, BranchRun]:
