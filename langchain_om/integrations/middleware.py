@@ -19,7 +19,9 @@ stays byte-identical across steps, which is what provider prompt caches reuse.
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, cast
 
@@ -36,7 +38,14 @@ from typing_extensions import NotRequired
 from ..engine import ObservationalMemory, OMContext
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
 from ..foundation.context import merge_system_messages
-from .graph import TRIPWIRE_KEY, aprocess_at_checkpoint, aturn_end_at_checkpoint, om_tools, tripwire_message
+from .graph import (
+    TRIPWIRE_KEY,
+    aprocess_at_checkpoint,
+    aturn_end_at_checkpoint,
+    ids_from_config,
+    om_tools,
+    tripwire_message,
+)
 
 __all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
 
@@ -123,6 +132,9 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         self.remove_observed = remove_observed
         self.keep_in_state = keep_in_state
         self.tools: Sequence[BaseTool] = om_tools(om)
+        # per thread: the position and state messages the model node's end of turn left, so
+        # ``after_agent`` can tell that nothing happened since (see ``_turn_already_ended``)
+        self._turn_ends: OrderedDict[tuple[str, str | None], tuple[dict[str, Any], list[BaseMessage]]] = OrderedDict()
 
     @property
     def name(self) -> str:
@@ -148,7 +160,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         last) rather than in a second ``Command``: LangGraph streams a node that returns two
         updates of the same key as a list of dicts, and ``stream_mode="updates"`` users read
         ``update["model"]["messages"][-1]`` (issue 31)."""
-        state_messages = [m for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)]
+        state_messages = _plain_only((request.state or {}).get("messages", []))
         removals: list[BaseMessage] = []
         if self.remove_observed and not _repaired_by_agent(state_messages):
             # only ids that are in state now: an outer middleware may have rewritten request.messages
@@ -167,8 +179,29 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         """The end of a turn, in the model node that wrote the final answer: store it (and buffer on
         idle), so the position beside the answer already covers it and ``after_agent`` has nothing
         to write (an update holding only ``om_position`` breaks ``update["messages"]`` loops)."""
-        await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=_run_config())
-        return await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
+        config = _run_config()
+        await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=config)
+        position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
+        ends, key = self._turn_ends, ids_from_config(config)
+        ends[key] = (position, after)
+        ends.move_to_end(key)
+        while len(ends) > self.om.cache_limit:
+            ends.popitem(last=False)
+        return position
+
+    def _turn_already_ended(self, state: OMAgentState, config: RunnableConfig) -> bool:
+        """Whether the model node's end of turn already stored exactly this state: the same message
+        objects in the same order and the position it wrote. Then ``after_agent`` has nothing to
+        store and no position to write, and skips the branch check, the thread check and the
+        position's reads (a third of a step's store reads). Anything else (another middleware's
+        ``after_model`` edit, a ``return_direct`` tool's result) takes the full path."""
+        ended = self._turn_ends.pop(ids_from_config(config), None)
+        if ended is None:
+            return False
+        position, after = ended
+        messages = state.get("messages") or []
+        return (state.get(POSITION_KEY) == position and len(messages) == len(after)
+                and all(map(operator.is_, messages, after)))
 
     async def _astep(self, request: ModelRequest[Any]) -> tuple[OMContext, dict[str, Any], str, str | None]:
         config = _run_config()
@@ -205,11 +238,18 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
 
 
     async def aafter_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), _run_config())
+        config = _run_config()
+        if self._turn_already_ended(state, config):
+            await self.om._live_runs.aclose(config)  # the run ends here, as on the full path
+            return None
+        position = await aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config)
         return _position_update(state, position)
 
     def after_agent(self, state: OMAgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         config = _run_config()
+        if self._turn_already_ended(state, config):
+            self.om._loop.run(self.om._live_runs.aclose(config))
+            return None
         position = self.om._loop.run(aturn_end_at_checkpoint(self.om, state, _plain(state["messages"]), config))
         return _position_update(state, position)
 
@@ -226,13 +266,20 @@ def _answer(response: ModelResponse[Any], position: dict[str, Any]) -> ExtendedM
     return ExtendedModelResponse(model_response=response, command=Command(update={POSITION_KEY: position}))
 
 
+_AI_TYPES = frozenset({"ai", "AIMessageChunk"})
+_TOOL_TYPES = frozenset({"tool", "ToolMessageChunk"})
+
+
 def _repaired_by_agent(messages: list[BaseMessage]) -> bool:
     """Whether ``create_agent`` answers an invalid tool call itself this step: it then rewrites the
     whole message list (``REMOVE_ALL_MESSAGES``), under which a ``RemoveMessage`` would be kept as
-    a message. The removals wait for the next step then."""
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    return any(call.get("id") not in answered for m in messages if isinstance(m, AIMessage)
-               for call in m.invalid_tool_calls)
+    a message. The removals wait for the next step then. (Compared by ``type``: an ``isinstance``
+    that fails goes through pydantic's metaclass, a few times the cost, on every message.)"""
+    invalid = [call for m in messages if m.type in _AI_TYPES for call in cast("AIMessage", m).invalid_tool_calls]
+    if not invalid:
+        return False
+    answered = {cast("ToolMessage", m).tool_call_id for m in messages if m.type in _TOOL_TYPES}
+    return any(call.get("id") not in answered for call in invalid)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:
@@ -250,10 +297,19 @@ def _ends_turn(response: ModelResponse[Any]) -> bool:
     return last is None or not last.tool_calls
 
 
+def _plain_only(messages: Sequence[Any]) -> list[BaseMessage]:
+    """The ``BaseMessage`` objects among ``messages`` (the type of each is looked at once per type)."""
+    kinds = {type(m) for m in messages}
+    if all(issubclass(kind, BaseMessage) for kind in kinds):
+        return list(messages)
+    return [m for m in messages if isinstance(m, BaseMessage)]
+
+
 def _plain(messages: Sequence[Any]) -> list[BaseMessage]:
-    out: list[BaseMessage] = []
-    for message in messages:
-        if not isinstance(message, BaseMessage):
-            raise TypeError(f"messages: expected BaseMessage objects, got {type(message).__name__}")
-        out.append(message)
+    """The messages as a list, each checked to be a ``BaseMessage`` once per distinct type (an
+    ``isinstance`` through pydantic's metaclass per message costs more than the rest of the pass)."""
+    out = list(messages)
+    for kind in {type(m) for m in out}:
+        if not issubclass(kind, BaseMessage):
+            raise TypeError(f"messages: expected BaseMessage objects, got {kind.__name__}")
     return out
