@@ -5,7 +5,9 @@
     python -m benchmarks.own_work --quick --baseline ../main
 
 Only OM's entry points are timed: the middleware's hooks (``awrap_model_call`` minus the model
-call it wraps, plus ``aafter_agent``) and ``aprocess``, at 152 / 2k / 10k stored messages. Three
+call it wraps, plus ``aafter_agent``) and ``aprocess``, at 152 / 2k / 10k stored messages, in
+process CPU time with the scripted models' own CPU taken out (so the other processes of a shared
+machine do not move the figures; on an idle machine OM's inline work takes as long in wall time). Three
 wirings: ``create_agent`` with a checkpointer (InMemorySaver; the state holds what OM left in
 it), ``create_agent`` without one (each call sends only its new message), and ``aprocess``
 handed the state a checkpointed agent would hold. Beside them, CPU per turn of the checkpointed
@@ -58,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--store", choices=["sqlite", "memory"], default="sqlite")
     parser.add_argument("--baseline", default=None, help="another checkout's root, measured beside this one")
     parser.add_argument("--profile", default=None, help="write a cProfile of this checkout's steps to this file")
+    parser.add_argument("--parts", action="store_true",
+                        help="time each part of a checkpointed middleware step instead (CPU ms per step, inclusive)")
     parser.add_argument("--profile-case", dest="profile_case", choices=CASES, default=CASES[0])
 
 
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  own_work: {size:,} msgs, round {round_ + 1}/{args.rounds}, {name}", flush=True)
                 spec = {"size": size, "steps": args.steps, "store": args.store,
                         "profile": args.profile if name == "after" and round_ == 0 and size == args.sizes[-1]
-                        else None, "profile_case": args.profile_case}
+                        else None, "profile_case": args.profile_case, "parts": args.parts}
                 raw[name].setdefault(str(size), []).append(_subprocess(root, spec))
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for name, per_size in raw.items():
@@ -102,16 +106,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 before, after = rows["before"][size][key], rows["after"][size][key]
                 ratios[f"{key} at {size}: after / before"] = after / before if before else None
-                if key.endswith("own_ms") or key == "om_cpu_per_turn_ms":
+                if key.endswith("own_ms") or key == "om_cpu_per_turn_ms":  # the targets (not with --parts)
                     target[f"{key} at {size} <= {TARGET:g} x before"] = bool(before) and after <= TARGET * before
     return {"params": {"sizes": args.sizes, "steps": args.steps, "rounds": args.rounds, "store": args.store,
                        "checkouts": checkouts}, "rows": rows, "ratios": ratios, "target": target}
 
 
 _LABELS = {
-    "middleware+checkpointer_own_ms": "middleware, checkpointer: OM hooks p50 ms",
-    "middleware-stateless_own_ms": "middleware, no checkpointer: OM hooks p50 ms",
-    "aprocess_own_ms": "aprocess p50 ms",
+    "middleware+checkpointer_own_ms": "middleware, checkpointer: OM hooks, CPU p50 ms",
+    "middleware-stateless_own_ms": "middleware, no checkpointer: OM hooks, CPU p50 ms",
+    "aprocess_own_ms": "aprocess, CPU p50 ms",
     "floor_ms": "floor: one append + one token count, ms",
     "agent_cpu_per_turn_ms": "CPU per turn, agent + OM (models excluded), ms",
     "bare_cpu_per_turn_ms": "CPU per turn, bare agent, ms",
@@ -124,8 +128,9 @@ def report(payload: dict[str, Any]) -> str:
     names = list(payload["rows"])
     header = ["measure", *[f"{name} {int(size):,}" for size in sizes for name in names]]
     rows = []
-    for key, label in _LABELS.items():
-        rows.append([label, *[payload["rows"][name][size].get(key) for size in sizes for name in names]])
+    keys = [k for k in payload["rows"][names[-1]][sizes[0]] if k != "source"]
+    for key in keys:
+        rows.append([_LABELS.get(key, key), *[payload["rows"][name][size].get(key) for size in sizes for name in names]])
     out = table(f"OM's own work per step ({payload['params']['store']}, {payload['params']['steps']} steps, "
                 f"median of {payload['params']['rounds']} rounds' p50s)", header, rows)
     for name in names:
@@ -141,6 +146,72 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 # --- the worker: runs inside a subprocess, with the measured checkout's langchain_om ---------------
+
+PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    # (label, module, attributes patched there: a function, or Class.method); inclusive wall time,
+    # an indented label is part of the one above it
+    ("branch: resolve the checkpoint's branch", "langchain_om.integrations.graph", ("aresolve",)),
+    ("branch: position for the state", "langchain_om.integrations.graph", ("aposition",)),
+    ("branch: position at turn end", "langchain_om.integrations.middleware", ("aposition",)),
+    ("aprocess (whole engine step)", "langchain_om.engine.facade", ("ObservationalMemory.aprocess",)),
+    ("  thread check", "langchain_om.engine.step", ("aensure_thread",)),
+    ("  persist new messages", "langchain_om.engine.step", ("apersist",)),
+    ("    edit detection (sort_inputs)", "langchain_om.engine.persistence", ("sort_inputs",)),
+    ("    token count", "langchain_om.foundation.tokens", ("TokenCounter.count_message",)),
+    ("    store append (+ search index)", "langchain_om.store.sqlite", ("SQLiteStore.aappend_messages",)),
+    ("  record load", "langchain_om.engine.core", ("EngineCore.aload_record",)),
+    ("  window", "langchain_om.engine.core", ("EngineCore.awindow",)),
+    ("  phases (planner)", "langchain_om.engine.step", ("arun_phases",)),
+    ("  status", "langchain_om.engine.step", ("status_of",)),
+    ("  context build + render", "langchain_om.engine.step", ("abuild_context",)),
+    ("  background scheduling", "langchain_om.engine.step", ("schedule",)),
+    ("  event emission", "langchain_om.engine.core", ("EngineCore.dispatch",)),
+    ("state trim (observed_state_ids)", "langchain_om.engine.facade", ("ObservationalMemory.observed_state_ids",)),
+    ("turn end (aon_turn_end)", "langchain_om.engine.facade", ("ObservationalMemory.aon_turn_end",)),
+)
+_PART_MS: dict[str, float] = {}
+
+
+def _install_parts() -> None:
+    """Wrap each part's function with a timer (a name missing in a checkout is left out)."""
+    import functools
+    import importlib
+    import inspect
+
+    for label, module_name, attributes in PARTS:
+        module = importlib.import_module(module_name)
+        for attribute in attributes:
+            owner: Any = module
+            name = attribute
+            if "." in attribute:
+                owner_name, name = attribute.split(".")
+                owner = getattr(module, owner_name, None)
+            original = getattr(owner, name, None) if owner is not None else None
+            if original is None:
+                continue
+
+            def wrap(original: Any, label: str) -> Any:
+                if inspect.iscoroutinefunction(original):
+                    @functools.wraps(original)
+                    async def timed_async(*args: Any, **kwargs: Any) -> Any:
+                        started = _om_cpu()
+                        try:
+                            return await original(*args, **kwargs)
+                        finally:
+                            _PART_MS[label] = _PART_MS.get(label, 0.0) + (_om_cpu() - started) * 1000
+                    return timed_async
+
+                @functools.wraps(original)
+                def timed(*args: Any, **kwargs: Any) -> Any:
+                    started = _om_cpu()
+                    try:
+                        return original(*args, **kwargs)
+                    finally:
+                        _PART_MS[label] = _PART_MS.get(label, 0.0) + (_om_cpu() - started) * 1000
+                return timed
+
+            setattr(owner, name, wrap(original, label))
+
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +231,10 @@ async def _measure(spec: dict[str, Any]) -> dict[str, float]:
     figures: dict[str, float] = {}
     profiler = cProfile.Profile() if spec.get("profile") else None
     with tempfile.TemporaryDirectory(prefix="om-own-") as tmp:
+        if spec.get("parts"):  # only the parts: the wrappers' own cost would skew the other figures
+            _install_parts()
+            await _case(CASES[0], size, steps, spec["store"], tmp, None)
+            return {f"part: {label}": _PART_MS.get(label, 0.0) / steps for label, _m, _a in PARTS}
         for case in CASES:
             chosen = profiler if case == spec.get("profile_case", CASES[0]) else None
             own, cpu = await _case(case, size, steps, spec["store"], tmp, chosen)
@@ -180,6 +255,13 @@ class _ModelCPU:
 
     cpu_s = 0.0
     wall_s = 0.0
+
+
+def _om_cpu() -> float:
+    """The process's CPU seconds minus the scripted models' own: what OM's figures are timed with.
+    CPU, not wall time, so other processes on a shared machine do not move the figures, and
+    background work that runs during an ``await`` (OM's too) is counted where it runs."""
+    return time.process_time() - _ModelCPU.cpu_s
 
 
 def _clocked(base: Any) -> Any:
@@ -213,32 +295,32 @@ def _timed_middleware(om: Any, own: list[float], profiler: Any) -> Any:
                 nonlocal inner
                 if profiler is not None:
                     profiler.disable()
-                started = time.perf_counter()
+                started = _om_cpu()
                 try:
                     return await handler(req)
                 finally:
-                    inner += time.perf_counter() - started
+                    inner += _om_cpu() - started
                     if profiler is not None:
                         profiler.enable()
 
             if profiler is not None:
                 profiler.enable()
-            started = time.perf_counter()
+            started = _om_cpu()
             try:
                 return await super().awrap_model_call(request, timed_handler)
             finally:
-                self.pending = time.perf_counter() - started - inner
+                self.pending = _om_cpu() - started - inner
                 if profiler is not None:
                     profiler.disable()
 
         async def aafter_agent(self, state: Any, runtime: Any) -> Any:
             if profiler is not None:
                 profiler.enable()
-            started = time.perf_counter()
+            started = _om_cpu()
             try:
                 return await super().aafter_agent(state, runtime)
             finally:
-                own.append((time.perf_counter() - started + self.pending) * 1000)
+                own.append((_om_cpu() - started + self.pending) * 1000)
                 self.pending = 0.0
                 if profiler is not None:
                     profiler.disable()
@@ -283,9 +365,9 @@ async def _case(case: str, size: int, steps: int, store_kind: str, tmp: str,
                 state.append(human)
                 if profiler is not None and turn:
                     profiler.enable()
-                cpu, started = time.process_time(), time.perf_counter()
+                cpu, started = time.process_time(), _om_cpu()
                 await om.aprocess(THREAD, state)
-                elapsed, cpu_used = time.perf_counter() - started, time.process_time() - cpu
+                elapsed, cpu_used = _om_cpu() - started, time.process_time() - cpu
                 if profiler is not None:
                     profiler.disable()
                 state.append(ai)
@@ -302,6 +384,7 @@ async def _case(case: str, size: int, steps: int, store_kind: str, tmp: str,
         await agent.ainvoke({"messages": first}, config)
         await om.await_background()
         own.clear()
+        _PART_MS.clear()
         model_cpu = _ModelCPU.cpu_s
         for turn in range(1, steps + 1):
             cpu = time.process_time()
@@ -332,12 +415,12 @@ async def _floor(size: int, store_kind: str, tmp: str) -> float:
     try:
         for turn in range(30):
             human = turn_messages(turn)[0]
-            started = time.perf_counter()
+            started = _om_cpu()
             tokens = counter.count_text(human.text)
             await store.aappend_messages(implicit_resource(THREAD), THREAD, [NewMessage(
                 id=human.id or "", data=dump_message(human), tokens=tokens,
                 created_at=message_timestamp(human) or START)])
-            times.append((time.perf_counter() - started) * 1000)
+            times.append((_om_cpu() - started) * 1000)
     finally:
         await store.aclose()
     return statistics.median(times)
