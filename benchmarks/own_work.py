@@ -130,7 +130,8 @@ def report(payload: dict[str, Any]) -> str:
     rows = []
     keys = [k for k in payload["rows"][names[-1]][sizes[0]] if k != "source"]
     for key in keys:
-        rows.append([_LABELS.get(key, key), *[payload["rows"][name][size].get(key) for size in sizes for name in names]])
+        rows.append([_LABELS.get(key, key),
+                     *[payload["rows"][name][size].get(key) for size in sizes for name in names]])
     out = table(f"OM's own work per step ({payload['params']['store']}, {payload['params']['steps']} steps, "
                 f"median of {payload['params']['rounds']} rounds' p50s)", header, rows)
     for name in names:
