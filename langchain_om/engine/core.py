@@ -387,8 +387,7 @@ class EngineCore:
         else:
             committed = await self.store.acommit_record(record, expected_version=expected_version,
                                                         mark_observed=mark_observed)
-        if committed.key in self._recent_records:  # a record this process still keeps
-            lru_put(self._records, committed.key, committed, self.cache_limit)
+        self.keep_for_record(self._records, committed.key, committed)  # only a record this process keeps
         return committed
 
     async def commit_quietly(self, record: OMRecord, version: int) -> bool:
