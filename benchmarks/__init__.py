@@ -19,8 +19,10 @@ SECTIONS = (
     "import_time",
     "load",
     "workers",
+    "own_work",
 )
-OPT_IN = ("load", "workers")
-"""Sections ``python -m benchmarks`` runs only when named in ``--only`` (minutes of load each)."""
+OPT_IN = ("load", "workers", "own_work")
+"""Sections ``python -m benchmarks`` runs only when named in ``--only`` (minutes each; ``own_work``
+is meant to be run with ``--baseline`` beside another checkout)."""
 
 __all__ = ["OPT_IN", "SECTIONS"]

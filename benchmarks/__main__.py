@@ -25,6 +25,7 @@ from . import (
     cache_misses,
     import_time,
     load,
+    own_work,
     prompt_cache,
     prompt_tokens,
     reflector_spend,
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                "search_languages": search_languages, "vector_restart": vector_restart,
                "scale": scale, "branches": branches, "wirings": wirings, "cache_misses": cache_misses,
                "reflector_spend": reflector_spend, "import_time": import_time, "load": load,
-               "workers": workers}
+               "workers": workers, "own_work": own_work}
     collected = None
     for name in SECTIONS:
         if name not in args.only:

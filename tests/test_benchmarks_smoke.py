@@ -20,6 +20,7 @@ from benchmarks import (
     buffering,
     cache_misses,
     import_time,
+    own_work,
     prompt_cache,
     prompt_tokens,
     search,
@@ -246,6 +247,20 @@ def test_suite_writes_json_and_png(tmp_path: Path) -> None:
     assert "backends" in json.loads((tmp_path / "storage.json").read_text())
     assert json.loads((tmp_path / "summary.json").read_text())["quick"] is True
     assert (tmp_path / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_own_work_times_each_checkout_side_by_side(tmp_path: Path) -> None:
+    # this checkout stands in for the baseline too: both run in their own subprocess, alternately
+    root = str(Path(own_work.__file__).resolve().parent.parent)
+    payload = own_work.run(_ns(own_work, sizes=[60], steps=2, rounds=1, store="memory", baseline=root))
+    for name in ("before", "after"):
+        figures = payload["rows"][name]["60"]
+        assert figures["source"] == root
+        for case in own_work.CASES:
+            assert figures[f"{case}_own_ms"] > 0
+        assert figures["agent_cpu_per_turn_ms"] > 0 and figures["floor_ms"] > 0
+    assert "aprocess_own_ms at 60: after / before" in payload["ratios"]
+    assert "OM's own work per step" in own_work.report(payload)
 
 
 def test_suite_rejects_unknown_section() -> None:

@@ -368,3 +368,21 @@ def test_scripted_observer_round_trip() -> None:
     assert "user-profile" in result.extracted
     assert reply.usage_metadata and reply.usage_metadata["input_tokens"] > 0
     assert model.calls and model.calls[0][0] is prompt[0]
+
+
+def test_previous_log_is_counted_once_per_observer_call() -> None:
+    """The whole log used to be counted twice per call (to decide the cut, then for the note)."""
+    from langchain_om.model_calls.observer import LEFT_OUT_MARKER, previous_with_marker
+
+    log = "\n".join(f"Date: 2026-03-{day:02d}\n* 🟡 (09:00) The user mentioned item {day} of the plan, 予定 {day}"
+                    for day in range(1, 29))
+    calls: list[str] = []
+
+    def count(text: str) -> int:
+        calls.append(text)
+        return len(text.split())
+
+    kept = previous_with_marker(log, 60, count)
+    assert kept.startswith(LEFT_OUT_MARKER) and "item 28" in kept and "item 1 " not in kept
+    assert calls.count(log) == 1
+    assert len(calls) == len(set(calls))

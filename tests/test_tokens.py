@@ -722,3 +722,21 @@ async def test_an_image_file_in_a_step_fills_the_window_as_an_image() -> None:
     ctx = await om.aprocess("t1", history)
     assert ctx.status.windows.active.messages.tokens < 1_000, ctx.status.windows.active.messages
     assert [m.id for m in ctx.messages] == ["h1", "a1", "t1"], "nothing was observed away: the window is small"
+
+
+def test_estimate_by_lines_matches_the_whole_text_walk() -> None:
+    """``estimate_tokens`` sums cached line costs; the pieces, and so the estimate, are those of
+    one walk over the whole text (English, Japanese, code, blank lines, punctuation at line ends)."""
+    from langchain_om.foundation.tokens_estimator import _piece_total
+
+    texts = [
+        "Hello there.\nHow are you?\n\n\nFine: thanks!\n",
+        "日本語のテキスト。\nこれはテストです。\n\n  インデント\n",
+        'def f(x):\n    return {"a": [1, 2, 3]}\n\n\t# done:\n',
+        "Date: 2026-03-02\n* 🔴 (09:00) User prefers window seats.\n* 🟡 ALLCAPS words, 12345 numbers\n",
+        "no newline at all, just words and 数字 123",
+        "\n\n \n\t\n",
+    ]
+    for text in [*texts, "".join(texts)]:
+        assert estimate_tokens(text) == max(1, int(_piece_total(text) + 0.5)), text
+        assert estimate_tokens(text) == estimate_tokens(text)  # the second time from cached lines

@@ -48,7 +48,7 @@ async def aactivate_chunks(core: EngineCore, step: StepState, record: OMRecord, 
     # chunks that no longer start after the observed point can never be activated
     updated.buffered_chunks = [c for c in updated.buffered_chunks if c.start_seq > last.end_seq]
     try:
-        committed = await core.store.acommit_record(
+        committed = await core.acommit(
             updated, expected_version=record.version, mark_observed={step.thread_id: last.end_seq}
         )
     except RecordConflictError:

@@ -107,7 +107,7 @@ async def acommit_part(core: EngineCore, step: StepState, record: OMRecord, chos
         updated = apply_observation(core, record, step.thread_id, chosen, result, human_pinned=pinned)
         updated.metadata.pop(planner.OBSERVATION_FAILED, None)
         try:
-            committed = await core.store.acommit_record(
+            committed = await core.acommit(
                 updated, expected_version=record.version, mark_observed={step.thread_id: chosen[-1].seq}
             )
         except RecordConflictError:
@@ -165,7 +165,7 @@ async def aobserve_manual(core: EngineCore, step: StepState, record: OMRecord) -
         return record
     updated = apply_observation(core, record, step.thread_id, chosen, result,
                                 human_pinned=pinned_row(window, kinds, cut))
-    record = await core.store.acommit_record(updated, expected_version=record.version,
-                                             mark_observed={step.thread_id: chosen[-1].seq})
+    record = await core.acommit(updated, expected_version=record.version,
+                                mark_observed={step.thread_id: chosen[-1].seq})
     await aapply_title(core, step, result.thread_title, result.cycle_id)
     return record

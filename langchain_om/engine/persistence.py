@@ -176,7 +176,7 @@ async def asettle(core: EngineCore, step: StepState, record: OMRecord, inputs: S
                 updated = record.model_copy(deep=True)
                 Instructions.put(updated.metadata, step.thread_id, inputs.instructions, prints)
                 try:
-                    record = await core.store.acommit_record(updated, expected_version=record.version)
+                    record = await core.acommit(updated, expected_version=record.version)
                     break
                 except RecordConflictError:
                     record = await core.aload_record(step.resource_id, step.thread_id)

@@ -125,7 +125,7 @@ async def areflect_now(core: EngineCore, step: StepState, record: OMRecord, *, t
             return record
         _set_hold(updated, outcome)
         try:
-            return await core.store.acommit_record(updated, expected_version=record.version)
+            return await core.acommit(updated, expected_version=record.version)
         except RecordConflictError:
             record = await core.aload_record(step.resource_id, step.thread_id)
     return record
@@ -253,7 +253,7 @@ async def aactivate_reflection(core: EngineCore, step: StepState, record: OMReco
         await core.commit_quietly(stale, record.version)
         return await core.aload_record(step.resource_id, step.thread_id)
     try:
-        committed = await core.store.acommit_record(updated, expected_version=record.version)
+        committed = await core.acommit(updated, expected_version=record.version)
     except RecordConflictError:
         return await core.aload_record(step.resource_id, step.thread_id)
     idle = plan.signals.idle

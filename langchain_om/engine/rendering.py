@@ -99,9 +99,11 @@ def step_time(messages: Sequence[BaseMessage], clock: datetime) -> datetime:
 
 def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequence[str] = (),
            today: date | None = None) -> str | None:
-    """The system message text; rendered again only when the record, a section or the date
-    changed (a 20k-token log takes ~0.1 ms to render, and most steps change none)."""
-    stamp = (record.id, record.version, record.updated_at, tuple(sections), tuple(static), today)
+    """The system message text; rendered again only when what it shows changed: the log, the
+    hints, a section or the date. Keyed on that content, not on the record's version, which moves
+    on every buffered chunk, while rendering a 20k-token log (its dates annotated) takes ~1 ms."""
+    stamp = (record.id, tuple((g.id, g.start_id, g.end_id, g.thread_id, g.text) for g in record.groups),
+             record.current_task, record.suggested_response, tuple(sections), tuple(static), today)
     cached = core._rendered.get(record.key)
     if cached is not None and cached[0] == stamp:
         return cached[1]

@@ -17,11 +17,14 @@ def leaving_ids(known: Mapping[str, KnownMessage], messages: Sequence[BaseMessag
     """``ObservationalMemory.observed_state_ids`` (see there); ``known``: the ids OM stored."""
     if context.aborted is not None:
         return []
-    in_window = {m.id for m in context.messages} if keep_unobserved else set()
-    newest_human = max((i for i, m in enumerate(messages) if m.type == "human"), default=-1)
+    newest_human = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].type == "human"), -1)
     if newest_human <= 0:
         return []
-    eligible = {m.id for m in messages[:newest_human] if m.id and m.id in known and m.id not in in_window}
+    ids = [m.id for m in messages[:newest_human]]
+    candidates = set(ids).difference({m.id for m in context.messages}) if keep_unobserved else set(ids)
+    eligible = {mid for mid in candidates if mid and mid in known}
+    if not eligible:  # most steps: the state is the window plus the turn, nothing leaves
+        return []
     caller = {call["id"]: m.id for m in messages if isinstance(m, AIMessage) for call in m.tool_calls}
     units: dict[str | None, list[str | None]] = {}  # a tool call and its results form one unit
     for message in messages:

@@ -21,6 +21,7 @@ changed messages) in Python work, and never reads the stored history.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -112,10 +113,8 @@ def sort_inputs(
     start = 0
     if previous is not None:
         known_len = len(previous)
-        if known_len and len(listed) >= known_len:
-            previous.extend(listed[known_len:])
-            if listed == previous:  # identity first, per element: unchanged objects cost a pointer compare
-                start = known_len
+        if known_len and len(listed) >= known_len and _same_messages(listed, previous):
+            start = known_len
         if start == 0:
             previous[:] = listed
     last_known = -1
@@ -149,6 +148,26 @@ def sort_inputs(
         seen[str(message.id)] = message
     out.fresh = [m for m in conversation[last_known + 1:] if not (m.id and m.id in known)]
     return out
+
+
+def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bool:
+    """Whether ``listed`` starts with messages equal to ``previous`` (which then becomes a copy of
+    ``listed``): the same objects (pointer compares in C), else equal field values. A checkpointer
+    hands back fresh copies every step; comparing their ``__dict__`` runs in C too, where
+    pydantic's ``__eq__`` costs ~4 us a message in Python. Equal fields mean equal content, tool
+    calls and name, so nothing in that part of the list was edited."""
+    head = listed[:len(previous)]
+    if all(map(operator.is_, head, previous)):
+        previous.extend(listed[len(previous):])
+        return True
+    other = [i for i, same in enumerate(map(operator.is_, head, previous)) if not same]
+    try:
+        same = [head[i].__dict__ for i in other] == [previous[i].__dict__ for i in other]
+    except (AttributeError, TypeError, ValueError):  # not a message, or an odd field: the full walk decides
+        return False
+    if same:
+        previous[:] = listed  # the caller's objects now: next step's compare is pointers again
+    return same
 
 
 def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:

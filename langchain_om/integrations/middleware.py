@@ -159,7 +159,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         last) rather than in a second ``Command``: LangGraph streams a node that returns two
         updates of the same key as a list of dicts, and ``stream_mode="updates"`` users read
         ``update["model"]["messages"][-1]`` (issue 31)."""
-        state_messages = [m for m in (request.state or {}).get("messages", []) if isinstance(m, BaseMessage)]
+        state_messages = _plain_only((request.state or {}).get("messages", []))
         removals: list[BaseMessage] = []
         if self.remove_observed and not _repaired_by_agent(state_messages):
             # only ids that are in state now: an outer middleware may have rewritten request.messages
@@ -276,13 +276,20 @@ def _answer(response: ModelResponse[Any], position: dict[str, Any]) -> ExtendedM
     return ExtendedModelResponse(model_response=response, command=Command(update={POSITION_KEY: position}))
 
 
+_AI_TYPES = frozenset({"ai", "AIMessageChunk"})
+_TOOL_TYPES = frozenset({"tool", "ToolMessageChunk"})
+
+
 def _repaired_by_agent(messages: list[BaseMessage]) -> bool:
     """Whether ``create_agent`` answers an invalid tool call itself this step: it then rewrites the
     whole message list (``REMOVE_ALL_MESSAGES``), under which a ``RemoveMessage`` would be kept as
-    a message. The removals wait for the next step then."""
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    return any(call.get("id") not in answered for m in messages if isinstance(m, AIMessage)
-               for call in m.invalid_tool_calls)
+    a message. The removals wait for the next step then. (Compared by ``type``: an ``isinstance``
+    that fails goes through pydantic's metaclass, a few times the cost, on every message.)"""
+    invalid = [call for m in messages if m.type in _AI_TYPES for call in cast("AIMessage", m).invalid_tool_calls]
+    if not invalid:
+        return False
+    answered = {cast("ToolMessage", m).tool_call_id for m in messages if m.type in _TOOL_TYPES}
+    return any(call.get("id") not in answered for call in invalid)
 
 
 def _with_id(message: BaseMessage) -> BaseMessage:
@@ -300,10 +307,19 @@ def _ends_turn(response: ModelResponse[Any]) -> bool:
     return last is None or not last.tool_calls
 
 
+def _plain_only(messages: Sequence[Any]) -> list[BaseMessage]:
+    """The ``BaseMessage`` objects among ``messages`` (the type of each is looked at once per type)."""
+    kinds = {type(m) for m in messages}
+    if all(issubclass(kind, BaseMessage) for kind in kinds):
+        return list(messages)
+    return [m for m in messages if isinstance(m, BaseMessage)]
+
+
 def _plain(messages: Sequence[Any]) -> list[BaseMessage]:
-    out: list[BaseMessage] = []
-    for message in messages:
-        if not isinstance(message, BaseMessage):
-            raise TypeError(f"messages: expected BaseMessage objects, got {type(message).__name__}")
-        out.append(message)
+    """The messages as a list, each checked to be a ``BaseMessage`` once per distinct type (an
+    ``isinstance`` through pydantic's metaclass per message costs more than the rest of the pass)."""
+    out = list(messages)
+    for kind in {type(m) for m in out}:
+        if not issubclass(kind, BaseMessage):
+            raise TypeError(f"messages: expected BaseMessage objects, got {kind.__name__}")
     return out

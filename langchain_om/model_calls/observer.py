@@ -239,7 +239,20 @@ LEFT_OUT_MARKER = "[Older observations left out here:"
 
 def previous_with_marker(text: str, budget: int | Literal[False] | None, count_tokens: Callable[[str], int]) -> str:
     """``truncate_previous_observations`` plus, when lines were cut, a first line saying how many
-    and about how many tokens, so the Observer knows the log it sees is partial."""
+    and about how many tokens, so the Observer knows the log it sees is partial.
+
+    Each distinct text is counted once per call: the whole log was counted twice (to decide
+    whether to cut, then for the note), a few milliseconds of a 20k-token log each time."""
+    counted: dict[str, int] = {}
+    count_each = count_tokens
+
+    def count_once(piece: str) -> int:
+        known = counted.get(piece)
+        if known is None:
+            known = counted[piece] = count_each(piece)
+        return known
+
+    count_tokens = count_once
     kept = truncate_previous_observations(text, budget, count_tokens)
     if kept == text or not kept.strip():
         return kept

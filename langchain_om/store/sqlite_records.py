@@ -130,7 +130,11 @@ class SQLiteRecords(SQLiteConnection):
         return await self._run(run)
 
     async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
-        """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one."""
+        """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
+
+        Leases, like the key-value reads and writes below, are one-row transactions run inline when
+        the connection is free (``_run_inline``): a hop to a worker thread cost more than the call,
+        and a busy step takes and gives back two of them per Observer or Reflector cycle."""
 
         def run(conn: sqlite3.Connection) -> bool:
             now = time.time()
@@ -143,7 +147,7 @@ class SQLiteRecords(SQLiteConnection):
                 )
                 return cursor.rowcount == 1
 
-        return await self._run(run)
+        return await self._run_inline(run)
 
     async def alease_free(self, name: str) -> bool:
         """Whether nobody holds an unexpired lease ``name`` (a read: what ``atry_lease`` would find)."""
@@ -157,7 +161,7 @@ class SQLiteRecords(SQLiteConnection):
             with immediate(conn):
                 conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
-        await self._run(run)
+        await self._run_inline(run)
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
@@ -180,7 +184,7 @@ class SQLiteRecords(SQLiteConnection):
             ).fetchone()
             return json.loads(row[0]) if row is not None else None
 
-        return await self._run(run)
+        return await self._run_inline(run)
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
@@ -195,7 +199,7 @@ class SQLiteRecords(SQLiteConnection):
                     (*slot, text, u.iso(utcnow())),
                 )
 
-        await self._run(run)
+        await self._run_inline(run)
 
 
     async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
