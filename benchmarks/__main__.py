@@ -12,7 +12,6 @@ Results: benchmarks/results/<section>.json, summary.json and benchmarks.png.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,8 @@ from . import (
     workers,
 )
 from .common import RESULTS_DIR, write_result
+from .progress import measure_section, peak_rss_mib
+from .results_page import page_path, write_page
 
 
 def _args(module: Any, quick: bool, extra: list[str]) -> argparse.Namespace:
@@ -136,34 +137,43 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                "reflector_spend": reflector_spend, "import_time": import_time, "load": load,
                "workers": workers, "own_work": own_work}
     collected = None
+    runs: dict[str, dict[str, Any]] = {}
     for name in SECTIONS:
         if name not in args.only:
             continue
         module = modules[name]
         section_args = _args(module, args.quick, extra)
-        started = time.perf_counter()
         print(f"\n=== {name} ===", flush=True)
-        if name == "buffering":
-            import asyncio
+        with measure_section(name, quick=args.quick) as section:
+            if name == "buffering":
+                import asyncio
 
-            payload = asyncio.run(buffering.run(section_args))
-        elif name == "step_cost":
-            payload, collected = step_cost.run(section_args)
-        elif name == "prompt_tokens":
-            same = collected is not None and section_args.sizes == _args(step_cost, args.quick, extra).sizes
-            payload = prompt_tokens.run(section_args, collected if same else None)
-        else:
-            payload = module.run(section_args)
-        print(module.report(payload))
-        print(f"  -> {write_result(name, payload, args.out)}", flush=True)
+                payload = asyncio.run(buffering.run(section_args))
+            elif name == "step_cost":
+                payload, collected = step_cost.run(section_args)
+            elif name == "prompt_tokens":
+                same = collected is not None and section_args.sizes == _args(step_cost, args.quick, extra).sizes
+                payload = prompt_tokens.run(section_args, collected if same else None)
+            else:
+                payload = module.run(section_args)
+        if name == "prompt_tokens":
+            collected = None  # the steps' prompts are no longer needed: let them go
+        text = module.report(payload)
+        print(text)
+        print(f"  -> {write_result(name, payload, args.out, report=text, run=section)}", flush=True)
+        print(f"  {name}: {section.seconds:.0f} s, peak RSS {section.peak_rss_mib:,.0f} MiB", flush=True)
         results[name] = payload
-        timings[name] = time.perf_counter() - started
+        timings[name] = section.seconds
+        runs[name] = section.as_dict()
     picture = plot(results, args.out / "benchmarks.png")
-    summary_path = write_result("summary", {"quick": args.quick, "sections_seconds": timings,
+    summary_path = write_result("summary", {"quick": args.quick, "sections_seconds": timings, "sections": runs,
+                                            "total_seconds": sum(timings.values()), "peak_rss_mib": peak_rss_mib(),
                                             "ratios": {k: v.get("ratios") for k, v in results.items()},
                                             "targets": {k: v["target"] for k, v in results.items() if "target" in v}},
                                  args.out)
-    print(f"\nplot: {picture}\nsummary: {summary_path}\ntotal: {sum(timings.values()):.0f} s")
+    page = write_page(args.out, page_path(args.out, args.quick))
+    print(f"\nplot: {picture}\nsummary: {summary_path}\nresults page: {page}\n"
+          f"total: {sum(timings.values()):.0f} s, peak RSS {peak_rss_mib():,.0f} MiB")
     return results
 
 

@@ -27,6 +27,7 @@ from langchain_om.testing import ScriptedObserverModel
 
 from .common import Timer, conversation, fmt, ratio, section_main, summary, table, turn_messages
 from .history import OM_MESSAGE_TOKENS, OM_OBSERVATION_TOKENS, THREAD, _append, bench_counter, preload_om, tempdir
+from .progress import track
 
 CONFIG: Any = {"configurable": {"thread_id": THREAD}}  # the thread's private resource, as preload_om writes it
 
@@ -109,17 +110,16 @@ async def collect(sizes: list[int], steps: int, forks: int, stores: list[str]) -
     counter = bench_counter()
     rows: dict[str, dict[str, Any]] = {}
     with tempdir() as tmp:
-        for kind in stores:
-            for size in sizes:
-                plain = await plain_steps(kind, size, steps, tmp, counter)
-                aware = await checkpoint_steps(kind, size, steps, forks, tmp, counter)
-                rows.setdefault(kind, {})[str(size)] = {
-                    "plain_step_ms": summary(plain),
-                    "checkpoint_step_ms": summary(aware["step_ms"]),
-                    "fork_step_ms": summary(aware["fork_ms"]),
-                    "rows_copied_per_fork": max(aware["rows_copied"], default=0),
-                    "snapshot_bytes": aware["snapshot_bytes"],
-                }
+        for kind, size in track([(k, n) for k in stores for n in sizes], lambda c: f"{c[0]} at {c[1]:,} messages"):
+            plain = await plain_steps(kind, size, steps, tmp, counter)
+            aware = await checkpoint_steps(kind, size, steps, forks, tmp, counter)
+            rows.setdefault(kind, {})[str(size)] = {
+                "plain_step_ms": summary(plain),
+                "checkpoint_step_ms": summary(aware["step_ms"]),
+                "fork_step_ms": summary(aware["fork_ms"]),
+                "rows_copied_per_fork": max(aware["rows_copied"], default=0),
+                "snapshot_bytes": aware["snapshot_bytes"],
+            }
     ratios: dict[str, Any] = {}
     for kind, per in rows.items():
         first, last = str(sizes[0]), str(sizes[-1])

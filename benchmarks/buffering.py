@@ -28,6 +28,7 @@ from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 
 from .common import Timer, fmt, ratio, section_main, summary, table, turn_messages
+from .progress import note
 from .strategies import summarization_middleware, summarization_step
 
 MESSAGE_TOKENS = 800
@@ -105,8 +106,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the three strategies one after another and return the JSON payload."""
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="om-bench-") as tmp:
+        note(f"om-buffered: {args.turns} turns")
         results["om-buffered"] = await _run_om(True, args, Path(tmp) / "buffered.db")
+        note(f"om-sync: {args.turns} turns")
         results["om-sync"] = await _run_om(False, args, Path(tmp) / "sync.db")
+    note(f"summarization: {args.turns} turns")
     results["summarization"] = await _run_summarization(args)
     for data in results.values():
         data.update(wait_stats(data.pop("waits_ms")))

@@ -23,6 +23,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from .progress import SectionRun, load_average, measure_section
+
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 START = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 
@@ -146,22 +148,53 @@ class Timer:
         self.ms = (time.perf_counter() - self.start) * 1000
 
 
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
+    except OSError:
+        return platform.processor() or None
+
+
+def _commit() -> str | None:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).parent, text=True,
+                              capture_output=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None
+
+
 def machine() -> dict[str, Any]:
-    """Where the numbers were measured (ratios only compare within one run on one machine)."""
+    """Where and when the numbers were measured (ratios only compare within one run on one machine):
+    the load average says how much else the machine was doing."""
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "load_average": load_average(),
+        "commit": _commit(),
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
 
-def write_result(name: str, payload: dict[str, Any], out_dir: Path | None = None) -> Path:
-    """Write ``<out_dir>/<name>.json`` (with machine info) and return its path."""
+def write_result(name: str, payload: dict[str, Any], out_dir: Path | None = None, *, report: str | None = None,
+                 run: SectionRun | None = None) -> Path:
+    """Write ``<out_dir>/<name>.json`` (with machine info, and the printed report and the section's
+    duration and peak RSS when given: the results page is written from them) and return its path."""
     directory = out_dir or RESULTS_DIR
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"
-    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **payload}, indent=2, default=str) + "\n")
+    extra: dict[str, Any] = {}
+    if report is not None:
+        extra["report"] = report
+    if run is not None:
+        extra["run"] = run.as_dict()
+    path.write_text(json.dumps({"benchmark": name, "machine": machine(), **extra, **payload}, indent=2,
+                               default=str) + "\n")
     return path
 
 
@@ -205,9 +238,16 @@ def section_main(name: str, doc: str | None, add_arguments: Callable[[argparse.A
     known, _ = parser.parse_known_args(argv)
     add_arguments(parser, known.quick)
     args = parser.parse_args(argv)
-    payload = run(args)
-    print(report(payload))
-    print(f"  -> {write_result(name, payload, args.out)}")
+    with measure_section(name, quick=args.quick) as section:
+        payload = run(args)
+    text = report(payload)
+    print(text)
+    print(f"  -> {write_result(name, payload, args.out, report=text, run=section)}")
+    print(f"  {name}: {section.seconds:.0f} s, peak RSS {section.peak_rss_mib:,.0f} MiB")
+    from .results_page import page_path, write_page  # it imports this module
+
+    out = args.out or RESULTS_DIR
+    print(f"  results page: {write_page(out, page_path(out, args.quick))}")
     return payload
 
 

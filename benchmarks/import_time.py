@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ratio, section_main, table
+from .progress import track
 
 TARGET = 1.15
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def collect(runs: int, baseline: Path | None) -> dict[str, dict[str, list[float]
     samples: dict[str, dict[str, list[float]]] = {}
     for root in roots.values():
         _warm(root)
-    for round_ in range(runs):
+    for round_ in track(range(runs), lambda r: f"round {r + 1} of {runs}"):
         for label, statement in STATEMENTS.items():
             for suffix, root in roots.items():
                 if suffix and not label.startswith(("langchain_om", "typical")):

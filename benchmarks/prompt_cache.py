@@ -45,6 +45,7 @@ from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedChatModel, ScriptedObserverModel
 
 from .common import section_main, table
+from .progress import track
 
 THREAD = "prompt-cache"
 MIN_PREFIX = 1024
@@ -209,7 +210,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    runs = [asyncio.run(measure(args.min_prefix, args.demo_turns, name, args.ttl_minutes)) for name in args.thresholds]
+    runs = [asyncio.run(measure(args.min_prefix, args.demo_turns, name, args.ttl_minutes))
+            for name in track(args.thresholds, lambda name: f"thresholds {name}")]
     return {"params": {"min_prefix": args.min_prefix, "counter": get_token_counter().source, "target": TARGET,
                        "ttl_minutes": args.ttl_minutes},
             "runs": runs}

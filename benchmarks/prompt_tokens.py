@@ -17,17 +17,21 @@ from typing import Any
 
 from .common import fmt, ratio, section_main, table
 from .history import SUMMARY_CONFIGS, StepStats, bench_counter, run_full, run_om, run_summarization, tempdir
+from .progress import track
 
 
 async def collect(sizes: list[int], steps: int) -> list[StepStats]:
     counter = bench_counter()
     out: list[StepStats] = []
+    plan = [(name, size) for size in sizes for name in ["om-memory", *SUMMARY_CONFIGS, "full-history"]]
     with tempdir() as tmp:
-        for size in sizes:
-            out.append(await run_om(size, steps, "memory", counter, tmp))
-            for name in SUMMARY_CONFIGS:
+        for name, size in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages"):
+            if name == "om-memory":
+                out.append(await run_om(size, steps, "memory", counter, tmp))
+            elif name in SUMMARY_CONFIGS:
                 out.append(await run_summarization(name, size, steps, counter))
-            out.append(await run_full(size, steps, counter))
+            else:
+                out.append(await run_full(size, steps, counter))
     return out
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import machine, open_store_url, section_main, spend_history, table
+from .progress import note
 
 _MODES = ("sync", "buffered")
 
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for workers in args.workers:
                 url = (f"sqlite:{tmp}/om-{mode}-{workers}-{uuid.uuid4().hex[:6]}.db" if backend == "sqlite"
                        else f"postgres:om_reflect_{uuid.uuid4().hex[:8]}:{dsn}")
+                note(f"{backend} {mode}: {workers} worker(s)")
                 rows.append(measure(url, workers, args.spend_turns, args.model_delay, mode))
             base = rows[0]
             for row in rows:

@@ -54,6 +54,7 @@ from langchain_om.store import NewMessage, ObservationGroup, OMRecord, OMStore, 
 from langchain_om.testing import ScriptedObserverModel
 
 from .common import fmt, ratio, section_main, table
+from .progress import note
 
 RESOURCE, THREAD = "scale-user", "scale-thread"
 TAIL = 20
@@ -249,9 +250,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     places[size] = (where, schema, time.perf_counter() - started)
                     settled[kind] = "not settled (--no-settle)" if args.no_settle else asyncio.run(
                         settle(kind, where, schema))
-                    print(f"  scale: {kind} {size:,} messages stored", file=sys.stderr)
+                    note(f"{kind}: {size:,} messages stored")
                 samples: dict[int, list[dict[str, Any]]] = {size: [] for size in sizes}
                 for round_ in range(rounds):  # sizes side by side in time, so a busy minute hits them all
+                    note(f"{kind}: round {round_ + 1} of {rounds}, one fresh process per size")
                     for size in sizes:
                         where, schema, _ = places[size]
                         samples[size].append(_run_worker(kind, where, schema, size, per_round_steps, f"r{round_}"))
@@ -260,7 +262,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if kind == "postgres":
                     for _, schema, _ in places.values():
                         asyncio.run(_drop_schema(str(dsn), schema))
-        print(f"  scale: {kind} measured", file=sys.stderr)
+        note(f"{kind}: measured")
+    if args.rounds:
+        note(f"many threads: {args.rounds} rounds")
     many = asyncio.run(many_threads(args.rounds)) if args.rounds else None
     durability = {"sqlite": "WAL, synchronous=NORMAL (FULL for commits that mark messages observed)",
                   "postgres": asyncio.run(_pg_durability(str(dsn))) if dsn and "postgres" in args.stores else "n/a"}

@@ -46,6 +46,7 @@ from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 
 from .common import Timer, section_main, summary, table, verdicts
+from .progress import note
 from .storage import RESOURCE, _drop_schema, _rows, _start_private_pg, _stop_private_pg
 
 QUERIES = [
@@ -181,6 +182,7 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
     stored: list[StoredMessage] = []
     with tempfile.TemporaryDirectory(prefix="om-bench-search-") as tmp:
         path = os.path.join(tmp, "search.db")
+        note(f"sqlite: {len(rows):,} messages with vectors, then {args.queries} queries after a restart")
         backends["sqlite"], stored = await bench_backend("sqlite", lambda: SQLiteStore(path), rows, args)
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
     started: tuple[str, str] | None = None
@@ -193,6 +195,7 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
     else:
         schema = f"om_bench_{uuid.uuid4().hex[:8]}"
         try:
+            note(f"postgres: {len(rows):,} messages with vectors, then {args.queries} queries after a restart")
             backends["postgres"], _ = await bench_backend(
                 "postgres", lambda: PostgresStore(dsn, schema=schema), rows, args)
         finally:

@@ -32,6 +32,7 @@ from langchain_om.store.search import search_text
 from langchain_om.store.sqlite import SQLiteStore
 
 from .common import START, Timer, section_main, summary, table, verdicts
+from .progress import note
 from .storage import RESOURCE, _drop_schema, _rows
 
 _TOPICS = ["リスボン旅行", "四半期の予算", "妹の結婚式", "庭の物置", "Pythonのリファクタリング", "マラソンの練習計画",
@@ -239,14 +240,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["backfill_s"] = sqlite_backfill_seconds(path)
                 result["trigram_alternative"] = trigram_alternative(rows, queries, args.queries)
             out["sqlite"][lang] = result
-            print(f"  sqlite {lang}: done", flush=True)
+            note(f"sqlite {lang}: done")
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
     if args.no_pg or not dsn:
         out["postgres"] = {"skipped": "--no-pg" if args.no_pg else "no DSN (--pg-dsn / LANGCHAIN_OM_TEST_PG_DSN)"}
     else:
         for lang, (rows, queries) in corpora.items():
             out["postgres"][lang] = asyncio.run(bench_pg(dsn, rows, queries, args))
-            print(f"  postgres {lang}: done", flush=True)
+            note(f"postgres {lang}: done")
     ratios: dict[str, float] = {}
     targets: dict[str, bool] = {}
     for backend, data in out.items():

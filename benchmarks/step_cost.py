@@ -22,6 +22,7 @@ from typing import Any
 
 from .common import ratio, section_main, summary, table
 from .history import SUMMARY_CONFIGS, StepStats, bench_counter, run_full, run_om, run_summarization, tempdir
+from .progress import track
 
 TARGET = 0.1  # issue 7: OM at most 1/10 of SummarizationMiddleware's per-step cost at 10k messages
 
@@ -30,13 +31,15 @@ async def collect(sizes: list[int], steps: int, stores: list[str]) -> list[StepS
     """Run every strategy at every history length (prompts are measured too, for prompt_tokens)."""
     counter = bench_counter()
     out: list[StepStats] = []
+    plan = [(name, size) for size in sizes for name in [*(f"om-{k}" for k in stores), *SUMMARY_CONFIGS, "full-history"]]
     with tempdir() as tmp:
-        for size in sizes:
-            for kind in stores:
-                out.append(await run_om(size, steps, kind, counter, tmp, rare_steps=True))
-            for name in SUMMARY_CONFIGS:
+        for name, size in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages"):
+            if name.startswith("om-"):
+                out.append(await run_om(size, steps, name[3:], counter, tmp, rare_steps=True))
+            elif name in SUMMARY_CONFIGS:
                 out.append(await run_summarization(name, size, steps, counter))
-            out.append(await run_full(size, steps, counter))
+            else:
+                out.append(await run_full(size, steps, counter))
     return out
 
 

@@ -33,6 +33,7 @@ from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
 
 from .common import START, Timer, conversation, section_main, summary, table
+from .progress import note
 
 RESOURCE = "bench-user"
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,11 +167,13 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="om-bench-") as tmp:
         store = SQLiteStore(os.path.join(tmp, "storage.db"))
         try:
+            note(f"sqlite: {len(rows):,} messages, {args.pages} recall pages")
             backends["sqlite"] = await bench_store(store, rows, args.threads, args.batch, args.pages,
                                                    steps=args.steps)
             backends["sqlite"]["durability"] = "WAL; synchronous NORMAL, FULL for commits that mark observed"
         finally:
             await store.aclose()
+        note("sqlite: commits with synchronous NORMAL and FULL")
         durability = await bench_sqlite_durability(tmp, rows, args.commits)
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
     started: tuple[str, str] | None = None
@@ -184,6 +187,7 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
         schema = f"om_bench_{uuid.uuid4().hex[:8]}"
         pg = PostgresStore(dsn, schema=schema)
         try:
+            note(f"postgres: {len(rows):,} messages, {args.pages} recall pages")
             backends["postgres"] = await bench_store(pg, rows, args.threads, args.batch, args.pages,
                                                      steps=args.steps)
             backends["postgres"]["cluster"] = "private (.ci/start_postgres.sh)" if started else "given DSN"

@@ -43,6 +43,7 @@ from langchain_om.store.base import NewMessage
 from langchain_om.store.search import VectorItem, encode_vector
 
 from .common import Timer, chunks, ratio, section_main, summary, table, verdicts
+from .progress import note
 
 RESOURCE = "bench-vectors"
 TARGET_MS = 100.0
@@ -123,14 +124,14 @@ async def run_async(args: argparse.Namespace) -> dict[str, Any]:
     backends: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "vectors.db"
-        print(f"  sqlite: {args.vector_messages:,} messages ...", flush=True)
+        note(f"sqlite: {args.vector_messages:,} messages ...")
         backends["sqlite"] = await bench(lambda: SQLiteStore(path), args)
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
     if args.no_pg or not dsn:
         backends["postgres"] = {"skipped": "--no-pg" if args.no_pg else "no DSN (--pg-dsn / LANGCHAIN_OM_TEST_PG_DSN)"}
     else:
         schema = f"bench_vec_{uuid.uuid4().hex[:8]}"
-        print(f"  postgres: {args.vector_messages:,} messages ...", flush=True)
+        note(f"postgres: {args.vector_messages:,} messages ...")
         try:
             backends["postgres"] = await bench(lambda: PostgresStore(dsn, schema=schema), args)
         finally:

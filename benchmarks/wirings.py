@@ -53,6 +53,7 @@ from langchain_om.store.sqlite import SQLiteStore
 from .agent_step import ClockedAgentModel, ClockedObserverModel, ModelClock
 from .common import conversation, ratio, section_main, summary, table, turn_messages
 from .history import THREAD, bench_counter, preload_om, tempdir
+from .progress import track
 
 TARGET = 1.3
 WIRINGS = ("agent+saver", "agent", "graph+saver", "graph", "history", "ui+saver")
@@ -190,13 +191,9 @@ async def collect(sizes: list[int], steps: int, wirings: list[str], progress: bo
     out = []
     with tempdir() as tmp:
         seeds = {size: await _seed(size, tmp) for size in sizes}
-        total, done = len(sizes) * len(wirings), 0
-        for wiring in wirings:
-            for size in sizes:  # the sizes of one wiring side by side in time
-                out.append(await run_case(wiring, size, seeds[size], steps, tmp))
-                done += 1
-                if progress:
-                    print(f"  wirings: {done}/{total} ({wiring} at {size:,})", flush=True)
+        plan = [(wiring, size) for wiring in wirings for size in sizes]  # one wiring's sizes side by side in time
+        for wiring, size in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages") if progress else plan:
+            out.append(await run_case(wiring, size, seeds[size], steps, tmp))
     return out
 
 
