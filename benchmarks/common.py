@@ -128,6 +128,26 @@ def summary(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, quartiles and range of a few repeated measurements of one figure."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"median": 0.0, "min": 0.0, "max": 0.0, "q1": 0.0, "q3": 0.0, "n": 0.0}
+    q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1 else (ordered[0],) * 3
+    return {"median": float(statistics.median(ordered)), "min": float(ordered[0]), "max": float(ordered[-1]),
+            "q1": float(q1), "q3": float(q3), "n": float(len(ordered))}
+
+
+def verdict_with_spread(values: Sequence[float], limit: float) -> str:
+    """``met`` when every repeat is at most ``limit``, ``MISSED`` when none is, and ``within spread``
+    when the repeats straddle it: the run-to-run noise is larger than the distance to the line."""
+    if values and max(values) <= limit:
+        return "met"
+    if not values or min(values) > limit:
+        return "MISSED"
+    return "within spread"
+
+
 def ratio(a: float, b: float) -> float | None:
     """a / b, or None when b is zero (printed as n/a)."""
     return a / b if b else None

@@ -27,6 +27,13 @@ class _Current:
 
     section: str = "benchmarks"
     started: float = 0.0
+    peak_mib: float = 0.0
+
+    def sample(self) -> float:
+        """The RSS now, kept as the section's peak when higher."""
+        now = rss_mib()
+        self.peak_mib = max(self.peak_mib, now)
+        return now
 
 
 _current = _Current(started=time.perf_counter())
@@ -59,7 +66,8 @@ def load_average() -> list[float] | None:
 def note(text: str) -> None:
     """One progress line on stderr: section, elapsed time, RSS, then ``text``."""
     elapsed = time.perf_counter() - _current.started
-    print(f"  [{_current.section} {elapsed:5.0f} s, RSS {rss_mib():,.0f} MiB] {text}", file=sys.stderr, flush=True)
+    print(f"  [{_current.section} {elapsed:5.0f} s, RSS {_current.sample():,.0f} MiB] {text}", file=sys.stderr,
+          flush=True)
 
 
 def track(items: Iterable[T], label: Callable[[T], str] = str) -> Iterator[T]:
@@ -90,16 +98,16 @@ class SectionRun:
 @contextmanager
 def measure_section(name: str, quick: bool = False, interval: float = 0.25) -> Iterator[SectionRun]:
     """Time the block and sample its RSS every ``interval`` s on a daemon thread; progress lines
-    printed inside carry ``name``. Child processes a section starts are not counted."""
+    printed inside carry ``name`` (each also samples the RSS). Child processes a section starts
+    are not counted."""
     run = SectionRun(name, rss_before_mib=rss_mib(), load_at_start=load_average(), quick=quick)
-    previous = (_current.section, _current.started)
-    _current.section, _current.started = name, time.perf_counter()
+    previous = (_current.section, _current.started, _current.peak_mib)
+    _current.section, _current.started, _current.peak_mib = name, time.perf_counter(), run.rss_before_mib
     stop = threading.Event()
-    peak = [run.rss_before_mib]
 
     def sample() -> None:
         while not stop.wait(interval):
-            peak[0] = max(peak[0], rss_mib())
+            _current.sample()
 
     sampler = threading.Thread(target=sample, name=f"rss-{name}", daemon=True)
     sampler.start()
@@ -110,5 +118,5 @@ def measure_section(name: str, quick: bool = False, interval: float = 0.25) -> I
         stop.set()
         sampler.join()
         run.seconds = time.perf_counter() - started
-        run.peak_rss_mib = max(peak[0], rss_mib())
-        _current.section, _current.started = previous
+        run.peak_rss_mib = max(_current.peak_mib, _current.sample())
+        _current.section, _current.started, _current.peak_mib = previous

@@ -18,32 +18,48 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from statistics import median
 from typing import Any
 
-from .common import ratio, section_main, summary, table
+from .common import ratio, section_main, spread, summary, table, verdict_with_spread
 from .history import SUMMARY_CONFIGS, StepStats, bench_counter, run_full, run_om, run_summarization, tempdir
 from .progress import track
 
 TARGET = 0.1  # issue 7: OM at most 1/10 of SummarizationMiddleware's per-step cost at 10k messages
 
 
-async def collect(sizes: list[int], steps: int, stores: list[str]) -> list[StepStats]:
-    """Run every strategy at every history length (prompts are measured too, for prompt_tokens)."""
+def mid_size(sizes: list[int]) -> int:
+    """The history the verdicts are taken at: 10k when measured, else the middle size."""
+    return 10_000 if 10_000 in sizes else sizes[len(sizes) // 2]
+
+
+async def collect(sizes: list[int], steps: int, stores: list[str],
+                  repeats: int = 1) -> tuple[list[StepStats], list[list[StepStats]]]:
+    """Run every strategy at every history length (prompts are measured too, for prompt_tokens);
+    then ``repeats - 1`` more rounds of the compared strategies at the verdict's size alone, each
+    round back to back in time, so each verdict's ratio comes with its run-to-run spread."""
     counter = bench_counter()
     out: list[StepStats] = []
-    plan = [(name, size) for size in sizes for name in [*(f"om-{k}" for k in stores), *SUMMARY_CONFIGS, "full-history"]]
+    plan = [(name, size, 0) for size in sizes
+            for name in [*(f"om-{k}" for k in stores), *SUMMARY_CONFIGS, "full-history"]]
+    mid = mid_size(sizes)
+    plan += [(name, mid, r) for r in range(1, repeats) for name in [*(f"om-{k}" for k in stores), *SUMMARY_CONFIGS]]
+    rounds: list[list[StepStats]] = [[] for _ in range(repeats - 1)]
     with tempdir() as tmp:
-        for name, size in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages"):
+        for name, size, round_ in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages"
+                                        + (f" (repeat {case[2]} for the verdicts' spread)" if case[2] else "")):
             if name.startswith("om-"):
-                out.append(await run_om(size, steps, name[3:], counter, tmp, rare_steps=True))
+                stats = await run_om(size, steps, name[3:], counter, tmp, prompts=not round_, rare_steps=not round_)
             elif name in SUMMARY_CONFIGS:
-                out.append(await run_summarization(name, size, steps, counter))
+                stats = await run_summarization(name, size, steps, counter, prompts=not round_)
             else:
-                out.append(await run_full(size, steps, counter))
-    return out
+                stats = await run_full(size, steps, counter)
+            (rounds[round_ - 1] if round_ else out).append(stats)
+    return out, rounds
 
 
-def payload_from(stats: list[StepStats], sizes: list[int], steps: int) -> dict[str, Any]:
+def payload_from(stats: list[StepStats], sizes: list[int], steps: int,
+                 rounds: list[list[StepStats]] | None = None) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     for s in stats:
         rows.setdefault(s.strategy, {})[str(s.history)] = {
@@ -52,7 +68,7 @@ def payload_from(stats: list[StepStats], sizes: list[int], steps: int) -> dict[s
             "commit_ms": summary(s.commit_ms) if s.commit_ms else None, "setup_s": s.setup_s,
             "state_messages": s.state_messages, "events": s.events,
         }
-    mid = "10000" if 10_000 in sizes else str(sizes[len(sizes) // 2])
+    mid = str(mid_size(sizes))
     ratios: dict[str, Any] = {}
     for om in [k for k in rows if k.startswith("om-")]:
         per_size = rows[om]
@@ -75,16 +91,23 @@ def payload_from(stats: list[StepStats], sizes: list[int], steps: int) -> dict[s
                                  "sqlite_minus_memory_ms": on_disk - in_memory,
                                  "sqlite_over_memory": ratio(on_disk, in_memory)}
     comparisons = []
+    repeated = [{s.strategy: median(s.memory_ms) for s in round_} for round_ in rounds or []]
     for om in [k for k in rows if k.startswith("om-")]:
         for name in SUMMARY_CONFIGS:
-            value = ratios.get(f"{om} / {name} at {mid} (p50)")
+            first = ratios.get(f"{om} / {name} at {mid} (p50)")
+            runs = [r for r in [first, *(ratio(p[om], p[name]) for p in repeated if om in p and name in p)]
+                    if r is not None]
+            value = spread(runs)["median"] if runs else None
             comparisons.append({"om": om, "summarization": name, "history": int(mid), "ratio": value,
+                                "first_run_ratio": first, "runs": runs, "spread": spread(runs),
+                                "verdict": verdict_with_spread(runs, TARGET),
                                 "om_ms": rows[om][mid]["memory_ms"]["p50"],
                                 "summarization_ms": rows[name][mid]["memory_ms"]["p50"],
                                 "summarization_state_messages": rows[name][mid]["state_messages"],
-                                "met": value is not None and value <= TARGET})
+                                "met": verdict_with_spread(runs, TARGET) == "met"})
     return {
-        "params": {"sizes": sizes, "steps": steps, "om_message_tokens": 30_000, "om_observation_tokens": 40_000,
+        "params": {"sizes": sizes, "steps": steps, "repeats": 1 + len(rounds or []),
+                   "om_message_tokens": 30_000, "om_observation_tokens": 40_000,
                    "summarization_configs": {k: {"trigger_tokens": v[0], "keep_tokens": v[1]}
                                              for k, v in SUMMARY_CONFIGS.items()}},
         "strategies": rows,
@@ -103,7 +126,8 @@ _STATE_NOTE = {
 
 
 def verdict_lines(target: dict[str, Any]) -> list[str]:
-    """One line per OM store x summarization config: the ratio, met or missed, and by what factor."""
+    """One line per OM store x summarization config: the ratio (the median of the repeated runs,
+    with their range), met, missed or within the spread, and by what factor."""
     limit = target["om_over_summarization_at_10k_at_most"]
     lines = [f"target: OM's median (p50) bookkeeping <= {limit:g} x SummarizationMiddleware's at "
              f"{target['history']:,} messages of history"]
@@ -111,7 +135,14 @@ def verdict_lines(target: dict[str, Any]) -> list[str]:
         value = c["ratio"]
         head = (f"{c['om']} vs {c['summarization']} ({_STATE_NOTE.get(c['summarization'], '')}: "
                 f"{c['summarization_state_messages']:,} msgs): {c['om_ms']:.2f} ms vs {c['summarization_ms']:.2f} ms")
-        if value is None:
+        runs = c.get("runs") or []
+        if len(runs) > 1:
+            head += (f" (first run); ratio median of {len(runs)} runs {value:.3f}, "
+                     f"min-max {c['spread']['min']:.3f}-{c['spread']['max']:.3f}")
+            value = None if c.get("verdict") == "within spread" else value
+        if c.get("verdict") == "within spread":
+            lines.append(f"{head} -> within spread: the runs straddle {limit:g}, no verdict")
+        elif value is None:
             lines.append(f"{head} -> n/a")
         elif c["met"]:
             lines.append(f"{head} = {value:.3f} -> met ({limit / value:.1f}x inside the target)")
@@ -120,8 +151,10 @@ def verdict_lines(target: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"{head} = {value:.3f} -> MISSED: OM costs {value:.1f}x as much "
                          f"({value / limit:.0f}x above the target)")
-    met = sum(c["met"] for c in target["comparisons"])
+    met = sum(c.get("verdict", "met" if c["met"] else "MISSED") == "met" for c in target["comparisons"])
+    straddle = sum(c.get("verdict") == "within spread" for c in target["comparisons"])
     lines.append(f"verdict: {met} of {len(target['comparisons'])} comparisons meet the target"
+                 + (f", {straddle} within the run-to-run spread" if straddle else "")
                  + (" (all)" if target["met_all"] else ""))
     return lines
 
@@ -168,11 +201,13 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
                         default=[1000, 10_000] if quick else [1000, 10_000, 50_000])
     parser.add_argument("--steps", type=int, default=8 if quick else 50)
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite", "memory"])
+    parser.add_argument("--repeats", type=int, default=2 if quick else 5,
+                        help="runs of the compared strategies at the verdicts' size (their spread is reported)")
 
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StepStats]]:
-    stats = asyncio.run(collect(args.sizes, args.steps, args.stores))
-    return payload_from(stats, args.sizes, args.steps), stats
+    stats, rounds = asyncio.run(collect(args.sizes, args.steps, args.stores, max(1, args.repeats)))
+    return payload_from(stats, args.sizes, args.steps, rounds), stats
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
