@@ -76,7 +76,7 @@ def render(out_dir: Path) -> str:
     for name, data in results.items():
         run, where = data.get("run") or {}, data["machine"]
         quick = " (quick)" if run.get("quick") else ""
-        lines.append(f"| [{name}](#{name.replace('_', '-')}){quick} | {where.get('measured_at', '?')} | "
+        lines.append(f"| [{name}](#{name}){quick} | {where.get('measured_at', '?')} | "
                      f"{where.get('commit') or '?'} | {run.get('seconds', 'n/a')} | {run.get('peak_rss_mib', 'n/a')} "
                      f"| {_load_text(run.get('load_at_start'))} |")
     lines += ["", f"Sum of the section durations above: {total:,.0f} s ({total / 60:.1f} min).", ""]
