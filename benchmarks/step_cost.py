@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from statistics import median
 from typing import Any
 
@@ -49,7 +50,10 @@ async def collect(sizes: list[int], steps: int, stores: list[str],
         for name, size, round_ in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages"
                                         + (f" (repeat {case[2]} for the verdicts' spread)" if case[2] else "")):
             if name.startswith("om-"):
-                stats = await run_om(size, steps, name[3:], counter, tmp, prompts=not round_, rare_steps=not round_)
+                folder = os.path.join(tmp, f"round{round_}")  # each round on a fresh SQLite file
+                os.makedirs(folder, exist_ok=True)
+                stats = await run_om(size, steps, name[3:], counter, folder, prompts=not round_,
+                                     rare_steps=not round_)
             elif name in SUMMARY_CONFIGS:
                 stats = await run_summarization(name, size, steps, counter, prompts=not round_)
             else:
