@@ -257,7 +257,7 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--queries", type=int, default=40 if quick else 200)
     parser.add_argument("--dim", type=int, default=384, help="embedding dimensions (384: a small sentence model)")
-    parser.add_argument("--baseline-queries", type=int, default=5 if quick else 20,
+    parser.add_argument("--baseline-queries", type=int, default=0,
                         help="queries against the old in-memory index (0 skips the baseline)")
     parser.add_argument("--pg-dsn", default=None)
     parser.add_argument("--no-pg", action="store_true", help="skip PostgreSQL")
