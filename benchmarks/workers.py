@@ -111,8 +111,10 @@ async def _worker(spec: dict[str, Any]) -> None:
                 state.own[role] += 1
             chars = sum(len(str(m.content)) for m in messages)
             prompt = len(str(messages[0].content)) if len(messages) > 1 else 0  # the role's fixed instructions
+            transcript = str(messages[-1].content).rpartition("<transcript>")[2] if role == "observer" else ""
             _log_call(log_path, {"role": role, "trigger": trigger, "input_tokens": chars // 4,
-                                 "prompt_tokens": prompt // 4, "pid": os.getpid()})
+                                 "prompt_tokens": prompt // 4, "transcript_tokens": len(transcript) // 4,
+                                 "pid": os.getpid()})
             await asyncio.sleep(spec["reflector_delay"] if role == "reflector" else spec["observer_delay"])
             return reply
 
@@ -265,7 +267,8 @@ def summarise(steps: list[dict[str, Any]], calls: list[dict[str, Any]], stored: 
         row[f"{role}_input_tokens"] = sum(c["input_tokens"] for c in mine)
         # the part that is not the role's fixed instructions: what the calls carried of the conversation
         row[f"{role}_content_tokens"] = sum(c["input_tokens"] - c.get("prompt_tokens", 0) for c in mine)
-        row[f"{role}_content_sizes"] = [[c["trigger"], c["input_tokens"] - c.get("prompt_tokens", 0)] for c in mine]
+        row[f"{role}_content_sizes"] = [[c["trigger"], c["input_tokens"] - c.get("prompt_tokens", 0),
+                                         c.get("transcript_tokens", 0)] for c in mine]
         row[f"{role}_per_message"] = row[f"{role}_input_tokens"] / max(1, stored)
     return row
 

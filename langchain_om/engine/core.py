@@ -141,6 +141,8 @@ class EngineCore:
         self._thread_born: OrderedDict[str, datetime] = OrderedDict()  # thread incarnation seen by the caches
         self._message_cache: dict[str, OrderedDict[str, BaseMessage]] = {}
         self._windows: dict[str, WindowCache] = {}
+        # thread -> the newest seq this process stored: buffering follows the messages (background.schedule)
+        self._stored_through: dict[str, int] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
         self._rendered: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # record key -> (stamp, text)
         # thread -> (fingerprints, the caller's system messages, their tokens)
@@ -449,7 +451,7 @@ class EngineCore:
     def forget_thread(self, cache_key: str) -> None:
         """Drop one thread's in-process state (its next step is a cold step)."""
         for cache in (self._known_ids, self._caller_lists, self._thread_born, self._message_cache, self._windows,
-                      self._instruction_cache):
+                      self._instruction_cache, self._stored_through):
             cache.pop(cache_key, None)
 
     def touch_record(self, key: str) -> None:

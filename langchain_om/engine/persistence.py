@@ -50,7 +50,7 @@ async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str) -> 
     thread = await core.store.aget_thread(resource_id, thread_id)
     if thread is not None and born is not None and cache_key in core._known_ids and thread.created_at == born:
         return
-    for cache in (core._known_ids, core._caller_lists, core._message_cache, core._windows):
+    for cache in (core._known_ids, core._caller_lists, core._message_cache, core._windows, core._stored_through):
         cache.pop(cache_key, None)
     if thread is None:
         thread = await core.store.aensure_thread(resource_id, thread_id)
@@ -81,6 +81,7 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     inputs = StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited,
                         caller_list=caller_list)
     if not fresh:
+        note_stored(core, cache_key, [])
         return inputs
     rows: list[NewMessage] = []
     for message in fresh:
@@ -92,6 +93,7 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     rows = await core.before_store(resource_id, thread_id, rows)
     inserted = await core.store.aappend_messages(resource_id, thread_id, rows)
     _extend_window(core, cache_key, inserted)
+    note_stored(core, cache_key, inserted)
     for listener in core.message_listeners:
         await listener(core, resource_id, thread_id, inserted)
     known.update(known_from_rows(inserted))  # fingerprints the counter just stored in each row
@@ -105,6 +107,15 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         cache.popitem(last=False)
     inputs.inserted = inserted
     return inputs
+
+
+def note_stored(core: EngineCore, cache_key: str, inserted: Sequence[StoredMessage]) -> None:
+    """Remember the newest message this process stored in the thread (0: it stored none since its
+    caches were cold). A buffering cycle is started by the worker that brought the messages it
+    would buffer; another worker's step that only repeats a request starts none."""
+    if core.keeps_thread(cache_key):
+        newest = inserted[-1].seq if inserted else 0
+        core._stored_through[cache_key] = max(core._stored_through.get(cache_key, 0), newest)
 
 
 @contextmanager
@@ -234,6 +245,7 @@ async def _apply_edits(core: EngineCore, step: StepState, record: OMRecord, edit
     core._windows.pop(cache_key, None)  # re-read the (bounded) unobserved window with the edits
     if corrections:
         inserted = await core.store.aappend_messages(step.resource_id, step.thread_id, corrections)
+        note_stored(core, cache_key, inserted)
         for listener in core.message_listeners:
             await listener(core, step.resource_id, step.thread_id, inserted)
     if rewritten and core.message_listeners:
