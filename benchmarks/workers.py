@@ -8,8 +8,11 @@ in-memory store and one event loop, and hide exactly the cross-process waits mea
 
 One scripted model answers as Observer (``--observer-delay`` s) and Reflector
 (``--reflector-delay`` s) and logs each call: role, trigger and input tokens (characters / 4).
-Thresholds are small so that a run observes and reflects many times; buffering is on (the
-default ``buffer_tokens`` / ``block_after``). Three runs, each on a fresh store:
+Thresholds are small so that a run observes and reflects many times (``--thresholds``:
+``deployment``, the default, 600 / 1,500 tokens, where one worker's buffered reflection is ready
+in time, as with a deployment's 30k / 40k; ``tight``, 400 / 600, where even one worker blocks on
+reflections; every verdict names its setting); buffering is on (the default ``buffer_tokens`` /
+``block_after``). Three runs per setting, each on a fresh store:
 
 * **1 worker** steps the conversation, waiting ``--agent-delay`` between steps (the agent's
   model and the user: longer than an Observer call, as a turn is);
@@ -28,6 +31,9 @@ Observer's and Reflector's input tokens per stored message. Targets: 8 workers' 
     python -m benchmarks.workers                          # SQLite
     python -m benchmarks.workers --quick                  # shorter delays and conversation
     python -m benchmarks.workers --stores sqlite,postgres --turns 40
+    python -m benchmarks.workers --thresholds deployment,tight    # also the hard setting
+    python -m benchmarks.workers --turns 32 --observer-delay 0.3 --reflector-delay 0.6 --agent-delay 0.1
+                                                          # fast steps: turns outpace the Observer
 
 Not a timed test: the figures depend on scheduling; ratios are measured side by side in one run.
 """
@@ -78,9 +84,22 @@ class _Step:
         self.steps = 0
 
 
-def _config(args: argparse.Namespace) -> dict[str, Any]:
-    return {"observation": {"message_tokens": args.message_tokens},
-            "reflection": {"observation_tokens": args.observation_tokens}}
+THRESHOLDS = {"deployment": (600, 1500), "tight": (400, 600)}
+"""Named ``(observation.message_tokens, reflection.observation_tokens)`` settings. ``deployment``:
+small enough that a run observes and reflects many times, large enough that one worker's
+buffered reflection is ready before the log reaches ``block_after`` (as in a deployment, where
+the thresholds are 30k / 40k). ``tight``: the reflection outruns buffering, so even one worker
+blocks on it: the hard case, as first measured."""
+
+
+def _thresholds(args: argparse.Namespace, name: str) -> tuple[int, int]:
+    message, observation = THRESHOLDS[name]
+    return args.message_tokens or message, args.observation_tokens or observation
+
+
+def _config(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    message, observation = _thresholds(args, name)
+    return {"observation": {"message_tokens": message}, "reflection": {"observation_tokens": observation}}
 
 
 def _log_call(path: str, entry: dict[str, Any]) -> None:
@@ -194,13 +213,15 @@ async def _stored(url: str, thread: str) -> int:
     return len(rows)
 
 
-def measure(url: str, workers: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Run ``workers`` processes on one thread of ``url`` in ``mode``; steps, waits and spend."""
+def measure(url: str, workers: int, mode: str, args: argparse.Namespace, thresholds: str = "deployment",
+            ) -> dict[str, Any]:
+    """Run ``workers`` processes on one thread of ``url`` in ``mode`` with the ``thresholds``
+    setting; steps, waits and spend."""
     thread = f"workers-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         spec = {"url": url, "thread": thread, "turns": args.turns, "log": str(Path(tmp) / "calls.jsonl"),
                 "observer_delay": args.observer_delay, "reflector_delay": args.reflector_delay,
-                "agent_delay": args.agent_delay, "config": _config(args)}
+                "agent_delay": args.agent_delay, "config": _config(args, thresholds)}
         Path(spec["log"]).touch()
         command = [sys.executable, "-m", "benchmarks.workers", "--worker", json.dumps(spec)]
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or os.getcwd()}
@@ -234,7 +255,9 @@ def measure(url: str, workers: int, mode: str, args: argparse.Namespace) -> dict
                 proc.wait()
         calls = [json.loads(line) for line in Path(spec["log"]).read_text().splitlines() if line.strip()]
     stored = asyncio.run(_stored(url, thread))
-    return summarise(steps, calls, stored, workers, mode, elapsed, args.observer_delay)
+    row = summarise(steps, calls, stored, workers, mode, elapsed, args.observer_delay)
+    row["thresholds"] = thresholds
+    return row
 
 
 def _reason(step: dict[str, Any]) -> str:
@@ -293,32 +316,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print("postgres: skipped (no --pg-dsn / LANGCHAIN_OM_TEST_PG_DSN)")
             continue
         rows = []
-        for workers, mode in [(1, "sequential"), *((args.workers, m) for m in args.modes)]:
-            schema = f"om_workers_{uuid.uuid4().hex[:8]}"
-            url = (f"sqlite:{tmp}/om-{workers}-{mode}-{uuid.uuid4().hex[:6]}.db" if backend == "sqlite"
-                   else f"postgres:{schema}:{dsn}")
-            print(f"  {backend}: {workers} worker(s), {mode} ...", flush=True)
-            try:
-                rows.append(measure(url, workers, mode, args))
-            finally:
-                if backend == "postgres" and dsn:
-                    _drop_schema(dsn, schema)
-        base = rows[0]
-        for row in rows[1:]:
-            label = f"{backend}/{row['mode']}/x{row['workers']}"
-            p95 = row["step_ms"]["p95"] / base["step_ms"]["p95"] if base["step_ms"]["p95"] else None
-            ratios[f"{label}/step_p95"] = p95
-            target[f"{label}: step p95 <= 2x one worker"] = p95 is not None and p95 <= 2.0
-            for role in ("observer", "reflector"):
-                spend = row[f"{role}_per_message"] / base[f"{role}_per_message"] if base[f"{role}_per_message"] \
-                    else None
-                ratios[f"{label}/{role}_input_per_message"] = spend
-                target[f"{label}: {role} input per stored message <= 1.25x"] = spend is not None and spend <= 1.25
+        for preset in args.thresholds:
+            measured = []
+            for workers, mode in [(1, "sequential"), *((args.workers, m) for m in args.modes)]:
+                schema = f"om_workers_{uuid.uuid4().hex[:8]}"
+                url = (f"sqlite:{tmp}/om-{workers}-{mode}-{uuid.uuid4().hex[:6]}.db" if backend == "sqlite"
+                       else f"postgres:{schema}:{dsn}")
+                print(f"  {backend} ({preset}): {workers} worker(s), {mode} ...", flush=True)
+                try:
+                    measured.append(measure(url, workers, mode, args, preset))
+                finally:
+                    if backend == "postgres" and dsn:
+                        _drop_schema(dsn, schema)
+            message, observation = _thresholds(args, preset)
+            setting = f"{preset}: message_tokens {message}, observation_tokens {observation}"
+            base = measured[0]
+            for row in measured[1:]:
+                label = f"{backend}/{preset}/{row['mode']}/x{row['workers']}"
+                p95 = row["step_ms"]["p95"] / base["step_ms"]["p95"] if base["step_ms"]["p95"] else None
+                ratios[f"{label}/step_p95"] = p95
+                target[f"{label} ({setting}): step p95 <= 2x one worker"] = p95 is not None and p95 <= 2.0
+                for role in ("observer", "reflector"):
+                    spend = (row[f"{role}_per_message"] / base[f"{role}_per_message"]
+                             if base[f"{role}_per_message"] else None)
+                    ratios[f"{label}/{role}_input_per_message"] = spend
+                    target[f"{label} ({setting}): {role} input per stored message <= 1.25x"] = \
+                        spend is not None and spend <= 1.25
+            rows.extend(measured)
         results[backend] = rows
     return {"machine": machine(),
             "params": {"turns": args.turns, "workers": args.workers, "modes": args.modes,
                        "observer_delay": args.observer_delay, "reflector_delay": args.reflector_delay,
-                       "agent_delay": args.agent_delay, "config": _config(args)},
+                       "agent_delay": args.agent_delay,
+                       "thresholds": {name: _config(args, name) for name in args.thresholds}},
             "results": results, "ratios": ratios, "target": target}
 
 
@@ -327,13 +357,18 @@ def report(payload: dict[str, Any]) -> str:
     for backend, measured in payload["results"].items():
         for row in measured:
             why = ", ".join(f"{n} {k}" for k, n in sorted(row["blocked_by"].items())) or "-"
-            rows.append([backend, row["mode"], row["workers"], row["steps"], row["step_ms"]["p50"],
-                         row["step_ms"]["p95"], row["step_ms"]["max"], row["blocked"], why, row["stored_messages"],
-                         row["observer_calls"], row["observer_per_message"], row["reflector_calls"],
-                         row["reflector_per_message"]])
-    header = ["backend", "mode", "workers", "steps", "p50 ms", "p95 ms", "max ms", "blocked", "blocked by", "stored",
-              "obs calls", "obs in/msg", "refl calls", "refl in/msg"]
-    return table("Several workers on one thread", header, rows) + verdicts(payload, 2)
+            rows.append([backend, row.get("thresholds", "-"), row["mode"], row["workers"], row["steps"],
+                         row["step_ms"]["p50"], row["step_ms"]["p95"], row["step_ms"]["max"], row["blocked"], why,
+                         row["stored_messages"], row["observer_calls"], row["observer_per_message"],
+                         row["reflector_calls"], row["reflector_per_message"]])
+    header = ["backend", "thresholds", "mode", "workers", "steps", "p50 ms", "p95 ms", "max ms", "blocked",
+              "blocked by", "stored", "obs calls", "obs in/msg", "refl calls", "refl in/msg"]
+    settings = "; ".join(f"{name}: message_tokens {c['observation']['message_tokens']}, observation_tokens "
+                         f"{c['reflection']['observation_tokens']}"
+                         for name, c in payload["params"].get("thresholds", {}).items())
+    others = [name for name in THRESHOLDS if name not in payload["params"].get("thresholds", {})]
+    note = f"thresholds: {settings}" + (f" (also: --thresholds {','.join(others)})" if others else "")
+    return table("Several workers on one thread", header, rows) + "\n  " + note + verdicts(payload, 2)
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
@@ -343,8 +378,11 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--observer-delay", type=float, default=0.1 if quick else 0.4)
     parser.add_argument("--reflector-delay", type=float, default=0.2 if quick else 0.8)
     parser.add_argument("--agent-delay", type=float, default=0.25 if quick else 1.0)
-    parser.add_argument("--message-tokens", type=int, default=400)
-    parser.add_argument("--observation-tokens", type=int, default=600)
+    parser.add_argument("--thresholds", type=lambda v: v.split(","), default=["deployment"],
+                        help="named settings to run, comma-separated: " + ", ".join(
+                            f"{k} ({m}/{o})" for k, (m, o) in THRESHOLDS.items()))
+    parser.add_argument("--message-tokens", type=int, default=None, help="overrides the setting's")
+    parser.add_argument("--observation-tokens", type=int, default=None, help="overrides the setting's")
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite"])
     parser.add_argument("--pg-dsn", default=None)
 

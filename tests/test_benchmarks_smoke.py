@@ -348,5 +348,9 @@ def test_workers_runs_one_and_several_processes_on_one_thread() -> None:
     assert (one["workers"], two["workers"]) == (1, 2) and two["mode"] == "concurrent"
     assert one["steps"] == 6 and two["steps"] == 12 and one["stored_messages"] == two["stored_messages"] > 0
     assert len(two["cold_step_ms"]) == 2 and two["observer_calls"] >= 1
-    assert "sqlite/concurrent/x2/step_p95" in payload["ratios"]
-    assert "Several workers on one thread" in workers.report(payload)
+    assert "sqlite/deployment/concurrent/x2/step_p95" in payload["ratios"]
+    assert one["thresholds"] == two["thresholds"] == "deployment"
+    text = workers.report(payload)
+    assert "Several workers on one thread" in text and "--thresholds tight" in text
+    # each verdict names the setting it was measured with
+    assert all("message_tokens 600, observation_tokens 1500" in key for key in payload["target"])

@@ -59,7 +59,8 @@ class TimedObserver(FakeListChatModel):
 
     def _call(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> str:
         n = len(self.clock.inputs)
-        return f"<observations>\nDate: 2026-11-30 (Monday)\n* 🟡 (09:{n % 60:02d}) Note {n}: 在庫を確認した。\n</observations>"
+        note = f"* 🟡 (09:{n % 60:02d}) Note {n}: 在庫を確認した。"
+        return f"<observations>\nDate: 2026-11-30 (Monday)\n{note}\n</observations>"
 
 
 def history(turns: int) -> list[BaseMessage]:
