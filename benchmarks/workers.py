@@ -97,6 +97,11 @@ def _thresholds(args: argparse.Namespace, name: str) -> tuple[int, int]:
     return args.message_tokens or message, args.observation_tokens or observation
 
 
+def _name(args: argparse.Namespace, preset: str) -> str:
+    """The setting's name, or ``custom`` when ``--message-tokens`` / ``--observation-tokens`` changed it."""
+    return preset if _thresholds(args, preset) == THRESHOLDS[preset] else "custom"
+
+
 def _config(args: argparse.Namespace, name: str) -> dict[str, Any]:
     message, observation = _thresholds(args, name)
     return {"observation": {"message_tokens": message}, "reflection": {"observation_tokens": observation}}
@@ -255,9 +260,7 @@ def measure(url: str, workers: int, mode: str, args: argparse.Namespace, thresho
                 proc.wait()
         calls = [json.loads(line) for line in Path(spec["log"]).read_text().splitlines() if line.strip()]
     stored = asyncio.run(_stored(url, thread))
-    row = summarise(steps, calls, stored, workers, mode, elapsed, args.observer_delay)
-    row["thresholds"] = thresholds
-    return row
+    return summarise(steps, calls, stored, workers, mode, elapsed, args.observer_delay)
 
 
 def _reason(step: dict[str, Any]) -> str:
@@ -329,10 +332,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if backend == "postgres" and dsn:
                         _drop_schema(dsn, schema)
             message, observation = _thresholds(args, preset)
-            setting = f"{preset}: message_tokens {message}, observation_tokens {observation}"
+            name = _name(args, preset)
+            setting = f"{name}: message_tokens {message}, observation_tokens {observation}"
+            for row in measured:
+                row["thresholds"] = name
             base = measured[0]
             for row in measured[1:]:
-                label = f"{backend}/{preset}/{row['mode']}/x{row['workers']}"
+                label = f"{backend}/{name}/{row['mode']}/x{row['workers']}"
                 p95 = row["step_ms"]["p95"] / base["step_ms"]["p95"] if base["step_ms"]["p95"] else None
                 ratios[f"{label}/step_p95"] = p95
                 target[f"{label} ({setting}): step p95 <= 2x one worker"] = p95 is not None and p95 <= 2.0
@@ -348,7 +354,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "params": {"turns": args.turns, "workers": args.workers, "modes": args.modes,
                        "observer_delay": args.observer_delay, "reflector_delay": args.reflector_delay,
                        "agent_delay": args.agent_delay,
-                       "thresholds": {name: _config(args, name) for name in args.thresholds}},
+                       "thresholds": {_name(args, preset): _config(args, preset) for preset in args.thresholds}},
             "results": results, "ratios": ratios, "target": target}
 
 
