@@ -72,3 +72,46 @@ async def test_on_turn_end_also_notices_the_recreated_thread(store: OMStore) -> 
     await worker_a.aon_turn_end("t", chat("new question", "new answer"))
     stored = await store.aget_messages(worker_a._resource_for("t", None), "t")
     assert [str(m.data["data"]["content"]) for m in stored] == ["new question", "new answer"]
+
+
+async def test_a_step_with_new_messages_notices_a_thread_recreated_with_them(store: OMStore) -> None:
+    """The incarnation check rides on the append (``SupportsIncarnationAppend``): when worker B
+    re-created the thread, worker A's append writes nothing, A drops its stale caches and stores
+    the caller's messages in the new incarnation, reused ids included."""
+    worker_a, worker_b = make_om(store), make_om(store)
+    await worker_a.aprocess("t", chat("旅券番号は X123 です", "承知しました"))
+    await worker_a.aprocess("t", chat("旅券番号は X123 です", "承知しました", "and the hotel?"))
+    await worker_b.adelete_thread("t")
+    await worker_b.aprocess("t", [HumanMessage("新しい話題です", id="msg-1")])
+
+    again = [HumanMessage("新しい話題です", id="msg-1"), AIMessage("どうぞ / go ahead", id="msg-2"),
+             HumanMessage("Lisbon trains, please", id="msg-3"), AIMessage("了解 / sure", id="msg-4")]
+    context = await worker_a.aprocess("t", again)  # msg-4 is new to A too: the append finds B's thread
+    assert contents(context.messages) == ["新しい話題です", "どうぞ / go ahead", "Lisbon trains, please", "了解 / sure"]
+    stored = await store.aget_messages(worker_a._resource_for("t", None), "t")
+    assert [(m.id, m.data["data"]["content"]) for m in stored] == [
+        ("msg-1", "新しい話題です"), ("msg-2", "どうぞ / go ahead"), ("msg-3", "Lisbon trains, please"),
+        ("msg-4", "了解 / sure")]
+
+
+async def test_an_incarnation_append_writes_only_into_the_expected_incarnation(store: OMStore) -> None:
+    from langchain_core.messages import message_to_dict
+
+    from langchain_om.store.base import NewMessage, SupportsIncarnationAppend
+
+    if not isinstance(store, SupportsIncarnationAppend):
+        return  # a store without the fast path keeps the separate read
+    row = [NewMessage(id="m1", data=message_to_dict(HumanMessage("こんにちは")), tokens=3)]
+    first = await store.aensure_thread("r1", "t")
+    appended = await store.aappend_to_incarnation("r1", "t", row, first.created_at)
+    assert appended is not None and [m.seq for m in appended] == [1]
+    await store.adelete_thread("r1", "t")
+    assert await store.aappend_to_incarnation("r1", "t", row, first.created_at) is None  # gone
+    assert await store.aget_thread("r1", "t") is None  # and not created
+    second = await store.aensure_thread("r1", "t")
+    assert second.created_at != first.created_at
+    assert await store.aappend_to_incarnation("r1", "t", row, first.created_at) is None  # another one
+    assert await store.aappend_to_incarnation("r2", "t", row, second.created_at) is None  # another resource
+    assert await store.aget_messages("r1", "t") == []
+    appended = await store.aappend_to_incarnation("r1", "t", row, second.created_at)
+    assert appended is not None and [m.id for m in appended] == ["m1"]

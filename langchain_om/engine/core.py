@@ -350,7 +350,8 @@ class EngineCore:
 
     _load_record = aload_record
 
-    async def awindow(self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True) -> Window:
+    async def awindow(self, record: OMRecord, resource_id: str, thread_id: str, *, refresh: bool = True,
+                      last_seq: int | None = None) -> Window:
         """Unobserved messages of the thread, oldest first, with their token total.
 
         Messages are append-only and ``seq`` grows under the store's per-thread lock, so the
@@ -371,7 +372,9 @@ class EngineCore:
             rows = cached.rows.after(after)
             # the step's own rows are in the cache already (see persistence): read rows only when
             # another worker stored some, which the thread's last seq tells in one small read
-            if refresh and await self.store.alast_seq(resource_id, thread_id) > newest:
+            # (``last_seq``: the caller just read it, with the record's stamp)
+            if refresh and (last_seq if last_seq is not None else await self.store.alast_seq(
+                    resource_id, thread_id)) > newest:
                 rows = rows.plus(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
             newest = rows[-1].seq if rows else newest
         if self.keeps_thread(key):  # a thread evicted during the reads stays forgotten (bounded)

@@ -19,7 +19,15 @@ from langchain_core.messages import BaseMessage
 
 from ..foundation.inputs import Instructions, KnownMessage, edit_row, known_from_rows, message_fingerprint, sort_inputs
 from ..foundation.messages import dump_message, ensure_id, message_timestamp
-from ..store.base import NewMessage, OMRecord, RecordConflictError, StoredMessage, new_id, record_key
+from ..store.base import (
+    NewMessage,
+    OMRecord,
+    RecordConflictError,
+    StoredMessage,
+    SupportsIncarnationAppend,
+    new_id,
+    record_key,
+)
 from ..store.known import FINGERPRINT_PATH, SupportsFieldLookup
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
@@ -37,29 +45,57 @@ class StepInputs:
     caller_list: list[BaseMessage] = field(default_factory=list)
 
 
-async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str) -> None:
+async def acheck_and_persist(core: EngineCore, resource_id: str, thread_id: str,
+                             messages: Sequence[BaseMessage], now: datetime) -> StepInputs:
+    """``aensure_thread`` then ``apersist``; on a warm thread with a store that checks the
+    incarnation inside its append (``SupportsIncarnationAppend``) the check rides on the append
+    (one round trip instead of two). When the append finds another incarnation it writes
+    nothing: the full check then drops the stale caches and the step persists again."""
+    born = await aensure_thread(core, resource_id, thread_id, defer=True)
+    if born is not None:
+        inputs = await apersist(core, resource_id, thread_id, messages, now, born=born)
+        if inputs is not None:
+            return inputs
+        await aensure_thread(core, resource_id, thread_id)
+    inputs = await apersist(core, resource_id, thread_id, messages, now)
+    assert inputs is not None  # None only with an expected incarnation
+    return inputs
+
+
+async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str, *,
+                         defer: bool = False) -> datetime | None:
     """Create the thread on its first step here; on later steps check, with a one-row read,
     that it is still the incarnation this worker's caches describe. Another worker may have
     deleted and re-created it, and clients reuse message ids (``msg-1``): matched against the
-    old incarnation's ids, the new messages would silently never be stored."""
+    old incarnation's ids, the new messages would silently never be stored.
+
+    ``defer``: when the caches are warm and the store can check inside its append, skip the
+    read and return the incarnation (``created_at``) the append must find; else None."""
     cache_key = record_key(resource_id, thread_id)
     core.touch_thread(cache_key)  # before any cache of the thread is read or written (cache_policy.py)
     born = core._thread_born.get(cache_key)
+    if defer and born is not None and cache_key in core._known_ids \
+            and isinstance(core.store, SupportsIncarnationAppend):
+        return born
     # a one-row read first, also on a cache miss: the thread nearly always exists, and creating
     # it is a write transaction (and on SQLite a hop to a worker thread)
     thread = await core.store.aget_thread(resource_id, thread_id)
     if thread is not None and born is not None and cache_key in core._known_ids and thread.created_at == born:
-        return
+        return None
     for cache in (core._known_ids, core._caller_lists, core._message_cache, core._windows, core._stored_through):
         cache.pop(cache_key, None)
     if thread is None:
         thread = await core.store.aensure_thread(resource_id, thread_id)
     lru_put(core._thread_born, cache_key, thread.created_at, core.cache_limit)
+    return None
 
 
 async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages: Sequence[BaseMessage],
-                   now: datetime) -> StepInputs:
-    """Store the messages not stored yet; report the caller's instructions and edits."""
+                   now: datetime, *, born: datetime | None = None) -> StepInputs | None:
+    """Store the messages not stored yet; report the caller's instructions and edits.
+
+    ``born``: the incarnation the thread must still be (``acheck_and_persist``); None, with
+    nothing stored, when it is not."""
     cache_key = record_key(resource_id, thread_id)
     core.touch_thread(cache_key)
     known = core._known_ids.get(cache_key)
@@ -81,6 +117,10 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     inputs = StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited,
                         caller_list=caller_list)
     if not fresh:
+        if born is not None:  # nothing to append: the incarnation check is a read of its own
+            thread = await core.store.aget_thread(resource_id, thread_id)
+            if thread is None or thread.created_at != born:
+                return None
         note_stored(core, cache_key, [])
         return inputs
     rows: list[NewMessage] = []
@@ -91,7 +131,13 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         rows.append(NewMessage(id=message.id or new_id("msg_"), data=dump_message(message), tokens=tokens,
                                created_at=created))
     rows = await core.before_store(resource_id, thread_id, rows)
-    inserted = await core.store.aappend_messages(resource_id, thread_id, rows)
+    if born is not None and isinstance(core.store, SupportsIncarnationAppend):
+        appended = await core.store.aappend_to_incarnation(resource_id, thread_id, rows, born)
+        if appended is None:
+            return None
+        inserted = appended
+    else:
+        inserted = await core.store.aappend_messages(resource_id, thread_id, rows)
     _extend_window(core, cache_key, inserted)
     note_stored(core, cache_key, inserted)
     for listener in core.message_listeners:

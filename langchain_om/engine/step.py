@@ -20,13 +20,13 @@ from ..foundation.oversize import warn_oversized
 from ..foundation.run_steps import run_mark
 from ..model_calls import failure_policy
 from ..model_calls.failures import turn_budget
-from ..store.base import OMRecord, record_key
+from ..store.base import OMRecord, SupportsThreadHead, record_key
 from . import planner
 from .activation import aactivate_chunks, observation_signals
 from .background import schedule, start_idle_buffering
 from .core import EngineCore
 from .observation import aobserve_now
-from .persistence import aensure_thread, apersist, asettle, settled
+from .persistence import acheck_and_persist, asettle, settled
 from .reflection import areflect_step
 from .rendering import abuild_context
 from .state import OMAborted, OMContext, Phase, StepState, check_phases, left_window
@@ -43,8 +43,7 @@ async def astep(
     run = check_phases(phases)
     await core.aensure_setup()
     moment = now or core._clock()
-    await aensure_thread(core, resource, thread_id)
-    inputs = await apersist(core, resource, thread_id, messages, moment)
+    inputs = await acheck_and_persist(core, resource, thread_id, messages, moment)
     warn_oversized(inputs.inserted, core.config.observation.message_tokens)
     key = record_key(resource, core.record_thread(thread_id))
     core.touch_record(key)
@@ -53,9 +52,16 @@ async def astep(
     async with core.locked(key):
         step.events.extend(core._live_runs.refresh(key, config))  # live_runs.py: a run left without a close
         step.events.extend(core._pending_events.pop(key, []))
-        record = await core.aload_record(resource, thread_id)
+        last_seq: int | None = None
+        if isinstance(core.store, SupportsThreadHead) and not inputs.edited:
+            # the record's stamp and the thread's last seq (the window's refresh) in one read;
+            # an edit appends rows after it, so a step with edits reads the last seq after them
+            last_seq, stamp = await core.store.aget_thread_head(resource, thread_id, core.record_thread(thread_id))
+            record = await core.arecord_at_stamp(resource, thread_id, stamp)
+        else:
+            record = await core.aload_record(resource, thread_id)
         record = await asettle(core, step, record, inputs)
-        window_before = await core.awindow(record, resource, thread_id)
+        window_before = await core.awindow(record, resource, thread_id, last_seq=last_seq)
         if core.config.enabled:
             try:
                 with turn_budget(core.config.failure_policy.turn_budget_s()):
@@ -112,8 +118,7 @@ async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMes
     """``ObservationalMemory.aon_turn_end`` (see there)."""
     resource = core.resolve_resource(thread_id, resource_id)
     await core.aensure_setup()
-    await aensure_thread(core, resource, thread_id)
-    inputs = await apersist(core, resource, thread_id, messages, core._clock())
+    inputs = await acheck_and_persist(core, resource, thread_id, messages, core._clock())
     key = record_key(resource, core.record_thread(thread_id))
     core.touch_record(key)
     step = StepState(resource, thread_id, key, core._clock(), [], None, config)

@@ -299,6 +299,22 @@ class SupportsThreadHead(Protocol):
 
 
 @runtime_checkable
+class SupportsIncarnationAppend(Protocol):
+    """Optional fast path of a store: an append that first checks, in the same transaction, that
+    the thread is still the incarnation the caller knows (its ``created_at``).
+
+    The engine checks the incarnation before every append (another worker may have deleted and
+    re-created the thread, and its caches describe the old one); a separate read cost a round
+    trip per append. Stores without it keep the separate read."""
+
+    async def aappend_to_incarnation(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime
+    ) -> list[StoredMessage] | None:
+        """``aappend_messages`` when ``resource_id`` owns the thread and its ``created_at`` is
+        ``born``; otherwise None, with nothing written (the caller re-checks and retries)."""
+
+
+@runtime_checkable
 class SupportsLoopBinding(Protocol):
     """Optional: a store whose connections belong to the event loop that opened them (an asyncio
     connection pool). OM's sync twins then refuse to run from inside that loop, at once: they

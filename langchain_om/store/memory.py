@@ -243,9 +243,26 @@ class InMemoryStore(MemoryThreadListing):
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
     ) -> list[StoredMessage]:
         """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
+        appended = self._append(resource_id, thread_id, messages, None)
+        assert appended is not None  # None only when an incarnation was expected
+        return appended
+
+    async def aappend_to_incarnation(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime
+    ) -> list[StoredMessage] | None:
+        """``SupportsIncarnationAppend``: the incarnation is checked under the append's lock hold."""
+        return self._append(resource_id, thread_id, messages, born)
+
+    def _append(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None
+    ) -> list[StoredMessage] | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         batch = u.check_messages(messages)
         with self._lock:
+            if born is not None:
+                current = self._threads.get(thread_id)
+                if current is None or current.resource_id != resource_id or current.created_at != born:
+                    return None  # another incarnation (or none): the caller re-checks
             thread = self._claim(resource_id, thread_id)
             if not batch:
                 return []

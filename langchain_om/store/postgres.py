@@ -44,7 +44,7 @@ from .base import (
     utcnow,
 )
 from .known import stored_fingerprint
-from .postgres_append import MessageRow, claim_and_read, write_rows
+from .postgres_append import MessageRow, claim_and_read, read_incarnation, write_rows
 from .postgres_cjk import CJK_TABLE, index_cjk
 from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
@@ -317,19 +317,39 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
     ) -> list[StoredMessage]:
         """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
+        appended = await self._append(resource_id, thread_id, messages, None)
+        assert appended is not None  # None only when an incarnation was expected
+        return appended
+
+    async def aappend_to_incarnation(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime
+    ) -> list[StoredMessage] | None:
+        """``SupportsIncarnationAppend``: the incarnation is read with the ids and last ``seq``."""
+        return await self._append(resource_id, thread_id, messages, born)
+
+    async def _append(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None
+    ) -> list[StoredMessage] | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         batch = u.check_messages(messages)
         encoded = [(m, jsonb(m.data, "data")) for m in batch]
         async with self._tx() as cur:
-            if not encoded:
+            if born is not None:
+                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+                read = await read_incarnation(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded], born)
+                if read is None:
+                    return None  # another incarnation (or none): the caller re-checks
+                seen, last = read
+            elif not encoded:
                 await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
                 row = await cur.fetchone()
                 if row is not None and row["resource_id"] != resource_id:
                     raise InvalidStoreInput("thread_id", "is not available")
                 return []
-            # four statements whatever the batch (postgres_append.py): lock, claim and read, write
-            await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
-            seen, last = await claim_and_read(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded])
+            else:
+                # four statements whatever the batch (postgres_append.py): lock, claim and read, write
+                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
+                seen, last = await claim_and_read(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded])
             inserted: list[StoredMessage] = []
             rows: list[MessageRow] = []
             entries: list[tuple[str, str, str, str]] = []

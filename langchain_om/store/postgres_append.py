@@ -19,6 +19,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from ._util import to_utc
 from .base import InvalidStoreInput, utcnow
 from .postgres_cjk import INSERT_CJK, cjk_entries
 from .postgres_schema import INSERT_SEARCH, SEARCH_CONFIG, Cursor, jsonb
@@ -38,6 +39,12 @@ _CLAIM_AND_READ = (
     "(SELECT resource_id FROM {s}.threads WHERE thread_id = %s)) AS owner, "
     "ARRAY(SELECT id FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s)) AS seen, "
     "(SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = %s) AS last"
+)
+_READ_INCARNATION = (
+    "SELECT resource_id AS owner, created_at AT TIME ZONE 'UTC' AS created_at, "
+    "ARRAY(SELECT id FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s)) AS seen, "
+    "(SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = %s) AS last "
+    "FROM {s}.threads WHERE thread_id = %s"
 )
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, fingerprint"
 _INSERT_MESSAGES = f"INSERT INTO {{s}}.messages ({_MESSAGE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
@@ -64,6 +71,19 @@ async def claim_and_read(
         owner = found["resource_id"] if found is not None else None
     if owner != resource_id:
         raise InvalidStoreInput("thread_id", "is not available")
+    return set(row["seen"] or ()), int(row["last"])
+
+
+async def read_incarnation(
+    cur: Cursor, q: Query, resource_id: str, thread_id: str, ids: list[str], born: datetime
+) -> tuple[set[str], int] | None:
+    """``claim_and_read`` for a caller that knows the thread's incarnation: under the advisory
+    lock, the ids of ``ids`` it holds and its last ``seq`` when ``resource_id`` owns it and it
+    was created at ``born``; None (another incarnation, or none) otherwise. Nothing is created."""
+    await cur.execute(q(_READ_INCARNATION), (thread_id, ids, thread_id, thread_id))
+    row = await cur.fetchone()
+    if row is None or row["owner"] != resource_id or to_utc(row["created_at"]) != born:
+        return None
     return set(row["seen"] or ()), int(row["last"])
 
 

@@ -321,12 +321,32 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage]
     ) -> list[StoredMessage]:
         """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
+        appended = await self._append(resource_id, thread_id, messages, None)
+        assert appended is not None  # None only when an incarnation was expected
+        return appended
+
+    async def aappend_to_incarnation(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime
+    ) -> list[StoredMessage] | None:
+        """``SupportsIncarnationAppend``: the incarnation is read in the append's transaction."""
+        return await self._append(resource_id, thread_id, messages, born)
+
+    async def _append(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None
+    ) -> list[StoredMessage] | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         encoded = u.check_messages_json(messages)
 
-        def run(conn: sqlite3.Connection) -> list[StoredMessage]:
+        def run(conn: sqlite3.Connection) -> list[StoredMessage] | None:
             with immediate(conn):
-                owner = self._owner(conn, thread_id)
+                if born is not None:
+                    found = conn.execute("SELECT resource_id, created_at FROM threads WHERE thread_id = ?",
+                                         (thread_id,)).fetchone()
+                    if found is None or found[0] != resource_id or u.from_iso(found[1]) != born:
+                        return None  # another incarnation (or none): the caller re-checks
+                    owner: str | None = resource_id
+                else:
+                    owner = self._owner(conn, thread_id)
                 if owner is not None and owner != resource_id:
                     raise InvalidStoreInput("thread_id", "is not available")
                 if not encoded:
