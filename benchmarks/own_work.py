@@ -156,7 +156,9 @@ PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("branch: position at turn end", "langchain_om.integrations.middleware", ("aposition",)),
     ("aprocess (whole engine step)", "langchain_om.engine.facade", ("ObservationalMemory.aprocess",)),
     ("  thread check", "langchain_om.engine.step", ("aensure_thread",)),
+    ("  thread check", "langchain_om.engine.persistence", ("aensure_thread",)),  # riding on the append since
     ("  persist new messages", "langchain_om.engine.step", ("apersist",)),
+    ("  persist new messages", "langchain_om.engine.persistence", ("apersist",)),
     ("    edit detection (sort_inputs)", "langchain_om.engine.persistence", ("sort_inputs",)),
     ("    token count", "langchain_om.foundation.tokens", ("TokenCounter.count_message",)),
     ("    store append (+ search index)", "langchain_om.store.sqlite", ("SQLiteStore.aappend_messages",)),

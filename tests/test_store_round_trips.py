@@ -34,11 +34,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 # index) of one warm turn; statements are counted where SQL runs
 # (first pin: 17 calls stateless, 15 with a checkpointer; SQLite 59/61 and 57/59 statements,
 # PostgreSQL 35/37 and 33/35; then 9 and 8 calls: the thread check now rides on each append
-# (``SupportsIncarnationAppend``) and the step reads the record stamp with the last seq)
+# (``SupportsIncarnationAppend``), the step reads the record stamp with the last seq, and a
+# stateless step's fork check reads the newest rows and the held ids in one call)
 PINNED: dict[tuple[str, bool], tuple[int, int, int]] = {
-    ("memory", False): (6, 0, 0),
-    ("sqlite", False): (6, 20, 22),
-    ("postgres", False): (6, 14, 14),
+    ("memory", False): (5, 0, 0),
+    ("sqlite", False): (5, 18, 20),
+    ("postgres", False): (5, 13, 13),
     ("memory", True): (5, 0, 0),
     ("sqlite", True): (5, 17, 19),
     ("postgres", True): (5, 13, 13),
@@ -237,3 +238,21 @@ async def test_after_agent_still_stores_what_another_middleware_changed_after_th
     assert all("checked" in text for text in ais[0::2]), ais  # the edited replies, not the originals
     assert ais[1::2] == ["追伸: P.S. bring an umbrella"] * 2
     await om.aclose()
+
+
+async def test_a_fork_probe_reads_the_newest_rows_and_the_held_ids_in_one_call(store: OMStore) -> None:
+    """``SupportsForkProbe`` answers what the two reads of a stateless step's fork check did:
+    the newest rows (id, seq, kind) newest first, and which asked ids the thread holds, never
+    another resource's."""
+    from langchain_om.store.base import SupportsForkProbe
+
+    assert isinstance(store, SupportsForkProbe)
+    assert await store.afork_probe("ユーザー", "スレッド", ["m0"], 2) == ([], [])
+    await store.aappend_messages("ユーザー", "スレッド", [
+        NewMessage(id=f"m{i}", data=_dumped(f"こんにちは {i}"), tokens=3) for i in range(4)])
+    await store.aappend_messages("ユーザー", "スレッド", [
+        NewMessage(id="e1", data={"edit_of": "m1"}, tokens=1, kind="edit")])
+    top, held = await store.afork_probe("ユーザー", "スレッド", ["m1", "m3", "absent"], 2)
+    assert top == [(5, "e1", "edit"), (4, "m3", "message")]
+    assert sorted(held) == [("m1", 2, "message"), ("m3", 4, "message")]
+    assert await store.afork_probe("someone-else", "スレッド", ["m1"], 2) == ([], [])

@@ -37,6 +37,7 @@ from ..store.base import (
     OMRecord,
     RecordConflictError,
     StoredMessage,
+    SupportsForkProbe,
     SupportsThreadHead,
     new_id,
     thread_key,
@@ -224,21 +225,41 @@ async def _fork_point(
     # a checkpoint from before OM's first step, or a caller with no checkpointer (no position):
     # the caller runs from the past when the branch holds a message newer than the newest one
     # the state holds. Cost: the newest rows and an id lookup, never a walk down the history.
+    if isinstance(om.store, SupportsForkProbe):  # both reads in one call
+        top, found = await om.store.afork_probe(resolved, branch, sorted(incoming), _FIRST_PAGE)
+        newest = _newest_in(top, incoming)
+        if newest == _PAGE_ON:  # the newest rows are edits or markers: page on as below
+            newest = await _newest_message_seq(om, resolved, branch, incoming, before=top[-1][0])
+        if newest is None:
+            return None
+        held = [seq for _id, seq, kind in found if kind == "message" and seq < newest]
+        return max(held) if held else None
     newest = await _newest_message_seq(om, resolved, branch, incoming)
     if newest is None:
         return None  # an empty branch, or the newest stored message is in the state: it continues
-    found = await om.store.aget_messages_by_ids(resolved, branch, sorted(incoming))
-    held = [row.seq for row in found if row.kind == "message" and row.seq < newest]
+    found_rows = await om.store.aget_messages_by_ids(resolved, branch, sorted(incoming))
+    held = [row.seq for row in found_rows if row.kind == "message" and row.seq < newest]
     # none held: the state shares nothing with the stored thread (a stateless caller sending
     # only its new messages), so there is nothing to go back to
     return max(held) if held else None
 
 
-async def _newest_message_seq(om: MemoryHost, resolved: str, branch: str, incoming: set[str]) -> int | None:
+_PAGE_ON = -1  # ``_newest_in``: no message among the rows read, and older rows may hold one
+
+
+def _newest_in(top: list[tuple[int, str, str]], incoming: set[str]) -> int | None:
+    """``_newest_message_seq`` over the first page a fork probe read (``(seq, id, kind)``)."""
+    for seq, mid, kind in top:
+        if kind == "message":
+            return None if mid in incoming else seq
+    return _PAGE_ON if len(top) == _FIRST_PAGE else None
+
+
+async def _newest_message_seq(om: MemoryHost, resolved: str, branch: str, incoming: set[str], *,
+                              before: int | None = None) -> int | None:
     """The ``seq`` of the branch's newest message row, or None when the branch holds none or the
     state holds that message. The first page is the newest two rows (the newest row is nearly
     always a message: the last reply); edit and marker rows page on."""
-    before: int | None = None
     while True:
         page = _FIRST_PAGE if before is None else _NEWEST_PAGE
         rows = await om.store.aget_messages(resolved, branch, before_seq=before, limit=page, descending=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import _util as u
 from .base import (
+    ForkProbe,
     InvalidStoreInput,
     NewMessage,
     OMRecord,
@@ -461,6 +462,22 @@ class InMemoryStore(MemoryThreadListing):
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)
         with self._lock:
             return self._stamps.get(record_key(resource_id, thread_id))
+
+    async def afork_probe(self, resource_id: str, thread_id: str, message_ids: Sequence[str],
+                          newest: int) -> ForkProbe:
+        """The newest rows and the asked ids' rows under one lock hold (``SupportsForkProbe``)."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = set(u.check_message_ids(message_ids))
+        with self._lock:
+            rows = self._thread_messages(resource_id, thread_id)
+            top: list[tuple[int, str, str]] = [(m.seq, m.id, m.kind) for m in reversed(rows[-newest:])] \
+                if newest > 0 else []
+            stored_ids = self._message_ids.get(thread_id)  # the append's id set: no walk when none is held
+            if stored_ids is not None and rows:
+                wanted &= stored_ids
+            held: list[tuple[str, int, str]] = [(m.id, m.seq, m.kind) for m in rows if m.id in wanted] \
+                if wanted and rows else []
+            return top, held
 
     async def aget_thread_head(
         self, resource_id: str, thread_id: str, record_thread: str | None

@@ -9,12 +9,13 @@ docstring for the concurrency rules).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from . import _util as u
 from .base import (
+    ForkProbe,
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -90,6 +91,24 @@ class PostgresRecords(PostgresConnection):
         assert row is not None  # one row whatever is stored
         stamp = (int(row["version"]), u.to_utc(row["updated_at"])) if row["version"] is not None else None
         return int(row["n"]), stamp
+
+    async def afork_probe(self, resource_id: str, thread_id: str, message_ids: Sequence[str],
+                          newest: int) -> ForkProbe:
+        """The newest rows and the asked ids' rows in one statement (``SupportsForkProbe``)."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = u.check_message_ids(message_ids)
+        async with self._one() as cur:
+            await cur.execute(
+                self._q("SELECT * FROM (SELECT seq, id, kind, true AS top FROM {s}.messages WHERE resource_id = %s "
+                        "AND thread_id = %s ORDER BY seq DESC LIMIT %s) AS newest UNION ALL "
+                        "SELECT seq, id, kind, false FROM {s}.messages WHERE thread_id = %s AND id = ANY(%s) "
+                        "AND resource_id = %s"),
+                (resource_id, thread_id, newest, thread_id, wanted, resource_id),
+            )
+            rows = await cur.fetchall()
+        top = sorted(((int(r["seq"]), str(r["id"]), str(r["kind"])) for r in rows if r["top"]), reverse=True)
+        held = [(str(r["id"]), int(r["seq"]), str(r["kind"])) for r in rows if not r["top"]]
+        return top, held
 
     async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _util as u
 from .base import (
+    ForkProbe,
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -26,6 +27,8 @@ from .base import (
     utcnow,
 )
 from .sqlite_connection import SQLiteConnection, immediate
+
+_ID_CHUNK = 500  # ids per IN list, well under SQLite's limit on parameters
 
 MARK_OBSERVED_SQL = (
     "UPDATE messages INDEXED BY messages_unobserved SET observed = 1, observed_at = ? "
@@ -83,6 +86,27 @@ class SQLiteRecords(SQLiteConnection):
             return int(row[0]), stamp
 
         return await self._run_inline(run)
+
+    async def afork_probe(self, resource_id: str, thread_id: str, message_ids: Sequence[str],
+                          newest: int) -> ForkProbe:
+        """The newest rows and the asked ids' rows, ids and kinds only (``SupportsForkProbe``)."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        wanted = u.check_message_ids(message_ids)
+
+        def run(conn: sqlite3.Connection) -> ForkProbe:
+            top = [(int(seq), str(mid), str(kind)) for seq, mid, kind in conn.execute(
+                "SELECT seq, id, kind FROM messages WHERE resource_id = ? AND thread_id = ? "
+                "ORDER BY seq DESC LIMIT ?", (resource_id, thread_id, newest))]
+            held: list[tuple[str, int, str]] = []
+            for start in range(0, len(wanted) if top else 0, _ID_CHUNK):
+                chunk = wanted[start:start + _ID_CHUNK]
+                # the unique (thread_id, id) index answers it (see ``aget_messages_by_ids``)
+                held.extend((str(mid), int(seq), str(kind)) for mid, seq, kind in conn.execute(
+                    f"SELECT id, seq, kind FROM messages WHERE thread_id = ? AND id IN ({', '.join('?' * len(chunk))}) "
+                    "AND +resource_id = ?", [thread_id, *chunk, resource_id]))
+            return top, held
+
+        return await self._run_inline(run) if len(wanted) <= _ID_CHUNK else await self._run(run)
 
     async def acommit_record(
         self,
