@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
                         default=[152, 2000] if quick else [152, 2000, 10_000])
     parser.add_argument("--steps", type=int, default=6 if quick else 40)
     parser.add_argument("--rounds", type=int, default=1 if quick else 3)
-    parser.add_argument("--store", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--store", choices=["sqlite", "memory", "postgres"], default="sqlite",
+                        help="postgres: $LANGCHAIN_OM_TEST_PG_DSN, a throw-away schema per case")
     parser.add_argument("--baseline", default=None, help="another checkout's root, measured beside this one")
     parser.add_argument("--profile", default=None, help="write a cProfile of this checkout's steps to this file")
     parser.add_argument("--parts", action="store_true",
@@ -161,7 +162,7 @@ PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("  persist new messages", "langchain_om.engine.persistence", ("apersist",)),
     ("    edit detection (sort_inputs)", "langchain_om.engine.persistence", ("sort_inputs",)),
     ("    token count", "langchain_om.foundation.tokens", ("TokenCounter.count_message",)),
-    ("    store append (+ search index)", "langchain_om.store.sqlite", ("SQLiteStore.aappend_messages",)),
+    ("    store append (+ search index)", "langchain_om.store.sqlite", ("SQLiteStore.aappend_messages", "SQLiteStore.aappend_to_incarnation")),
     ("  record load", "langchain_om.engine.core", ("EngineCore.aload_record",)),
     ("  window", "langchain_om.engine.core", ("EngineCore.awindow",)),
     ("  phases (planner)", "langchain_om.engine.step", ("arun_phases",)),
@@ -339,8 +340,6 @@ async def _case(case: str, size: int, steps: int, store_kind: str, tmp: str,
 
     from langchain_om.engine import ObservationalMemory
     from langchain_om.store.base import implicit_resource
-    from langchain_om.store.memory import InMemoryStore
-    from langchain_om.store.sqlite import SQLiteStore
     from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
     from .common import conversation, turn_messages
@@ -348,7 +347,7 @@ async def _case(case: str, size: int, steps: int, store_kind: str, tmp: str,
 
     counter = bench_counter()
     history = conversation(size)
-    store: Any = InMemoryStore() if store_kind == "memory" else SQLiteStore(os.path.join(tmp, f"{case}.db"))
+    store: Any = _open_store(store_kind, os.path.join(tmp, f"{case}.db"))
     await preload_om(store, history, counter, unobserved_tokens=int(OM_MESSAGE_TOKENS * 0.6),
                      observation_tokens=OM_OBSERVATION_TOKENS // 2)
     record = await store.aget_record(implicit_resource(THREAD), THREAD)
@@ -398,21 +397,19 @@ async def _case(case: str, size: int, steps: int, store_kind: str, tmp: str,
         return own, 1000 * cpu_total / steps
     finally:
         await om.aclose(cancel=True)
-        await store.aclose()
+        await _close_store(store)
 
 
 async def _floor(size: int, store_kind: str, tmp: str) -> float:
     """One append of a new message and one token count of it: the least a step can do."""
     from langchain_om.foundation.messages import dump_message, message_timestamp
     from langchain_om.store.base import NewMessage, implicit_resource
-    from langchain_om.store.memory import InMemoryStore
-    from langchain_om.store.sqlite import SQLiteStore
 
     from .common import START, conversation, turn_messages
     from .history import THREAD, bench_counter, preload_om
 
     counter = bench_counter()
-    store: Any = InMemoryStore() if store_kind == "memory" else SQLiteStore(os.path.join(tmp, "floor.db"))
+    store: Any = _open_store(store_kind, os.path.join(tmp, "floor.db"))
     await preload_om(store, conversation(size), counter, unobserved_tokens=18_000, observation_tokens=20_000)
     times = []
     try:
@@ -425,9 +422,41 @@ async def _floor(size: int, store_kind: str, tmp: str) -> float:
                 created_at=message_timestamp(human) or START)])
             times.append((_om_cpu() - started) * 1000)
     finally:
-        await store.aclose()
+        await _close_store(store)
     return statistics.median(times)
 
 
 if __name__ == "__main__":
     main()
+
+
+def _open_store(kind: str, path: str) -> Any:
+    """The case's store: in memory, a SQLite file, or a throw-away PostgreSQL schema."""
+    if kind == "memory":
+        from langchain_om.store.memory import InMemoryStore
+
+        return InMemoryStore()
+    if kind == "postgres":
+        import uuid
+
+        from langchain_om.store.postgres import PostgresStore
+
+        dsn = os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
+        if not dsn:
+            raise SystemExit("--store postgres needs $LANGCHAIN_OM_TEST_PG_DSN")
+        return PostgresStore(dsn, schema=f"om_own_{uuid.uuid4().hex[:12]}")
+    from langchain_om.store.sqlite import SQLiteStore
+
+    return SQLiteStore(path)
+
+
+async def _close_store(store: Any) -> None:
+    await store.aclose()
+    schema = getattr(store, "schema", None) or getattr(store, "_schema", None)
+    dsn = os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
+    if type(store).__name__ == "PostgresStore" and isinstance(schema, str) and dsn:
+        import psycopg
+        from psycopg import sql
+
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
