@@ -97,7 +97,8 @@ async def test_a_step_with_new_messages_notices_a_thread_recreated_with_them(sto
 async def test_an_incarnation_append_writes_only_into_the_expected_incarnation(store: OMStore) -> None:
     from langchain_core.messages import message_to_dict
 
-    from langchain_om.store.base import NewMessage, SupportsIncarnationAppend
+    from langchain_om.store.base import NewMessage
+    from langchain_om.store.step_fast_paths import SupportsIncarnationAppend
 
     if not isinstance(store, SupportsIncarnationAppend):
         return  # a store without the fast path keeps the separate read

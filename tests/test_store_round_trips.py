@@ -244,7 +244,7 @@ async def test_a_fork_probe_reads_the_newest_rows_and_the_held_ids_in_one_call(s
     """``SupportsForkProbe`` answers what the two reads of a stateless step's fork check did:
     the newest rows (id, seq, kind) newest first, and which asked ids the thread holds, never
     another resource's."""
-    from langchain_om.store.base import SupportsForkProbe
+    from langchain_om.store.step_fast_paths import SupportsForkProbe
 
     assert isinstance(store, SupportsForkProbe)
     assert await store.afork_probe("ユーザー", "スレッド", ["m0"], 2) == ([], [])

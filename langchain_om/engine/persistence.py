@@ -24,11 +24,11 @@ from ..store.base import (
     OMRecord,
     RecordConflictError,
     StoredMessage,
-    SupportsIncarnationAppend,
     new_id,
     record_key,
 )
 from ..store.known import FINGERPRINT_PATH, SupportsFieldLookup
+from ..store.step_fast_paths import SupportsIncarnationAppend
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
 

@@ -37,11 +37,11 @@ from ..store.base import (
     OMRecord,
     RecordConflictError,
     StoredMessage,
-    SupportsForkProbe,
     SupportsThreadHead,
     new_id,
     thread_key,
 )
+from ..store.step_fast_paths import SupportsForkProbe
 
 if TYPE_CHECKING:
     from .host import MemoryHost

@@ -26,8 +26,6 @@ from .base import (
     SearchHit,
     StoredMessage,
     StoreError,
-    SupportsForkProbe,
-    SupportsIncarnationAppend,
     SupportsLoopBinding,
     SupportsRecordStamp,
     SupportsThreadHead,
@@ -42,6 +40,7 @@ from .base import (
 from .memory import InMemoryStore
 from .search import decode_vector, encode_vector
 from .sqlite import SQLiteStore
+from .step_fast_paths import SupportsForkProbe, SupportsIncarnationAppend
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore

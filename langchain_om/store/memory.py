@@ -16,7 +16,6 @@ from typing import Any
 
 from . import _util as u
 from .base import (
-    ForkProbe,
     InvalidStoreInput,
     NewMessage,
     OMRecord,
@@ -36,6 +35,7 @@ from .base import (
 )
 from .cjk import CJKTerm, cjk_index_tokens, has_cjk, normalise, plain_words
 from .search import check_space, check_vector_items, search_arguments, search_text
+from .step_fast_paths import ForkProbe
 from .thread_summaries import MemoryThreadListing
 
 _SUFFIXES = ("ings", "ing", "ies", "es", "ed", "s")

@@ -15,7 +15,6 @@ from typing import Any
 
 from . import _util as u
 from .base import (
-    ForkProbe,
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -27,6 +26,7 @@ from .base import (
 )
 from .postgres_connection import PostgresConnection
 from .postgres_schema import Cursor, jsonb
+from .step_fast_paths import ForkProbe
 
 # The statements a step runs against a thread's history name only columns that lead to a bounded
 # index range whatever the planner's statistics say (right after a bulk load there are none, and

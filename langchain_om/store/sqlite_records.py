@@ -16,7 +16,6 @@ from typing import Any
 
 from . import _util as u
 from .base import (
-    ForkProbe,
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -27,6 +26,7 @@ from .base import (
     utcnow,
 )
 from .sqlite_connection import SQLiteConnection, immediate
+from .step_fast_paths import ForkProbe
 
 _ID_CHUNK = 500  # ids per IN list, well under SQLite's limit on parameters
 

@@ -1,0 +1,51 @@
+"""Optional store methods that fold a warm step's store calls into fewer.
+
+On PostgreSQL each store call is a pool checkout and each statement a network round trip, both
+Python CPU in psycopg; a warm agent turn made 9 store calls, now 5 (``tests/test_store_round_trips.py``
+pins the figures). Every method here is optional: the engine falls back to the plain reads of
+``OMStore`` for a store without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from .base import NewMessage, StoredMessage
+
+
+@runtime_checkable
+class SupportsIncarnationAppend(Protocol):
+    """Optional fast path of a store: an append that first checks, in the same transaction, that
+    the thread is still the incarnation the caller knows (its ``created_at``).
+
+    The engine checks the incarnation before every append (another worker may have deleted and
+    re-created the thread, and its caches describe the old one); a separate read cost a round
+    trip per append. Stores without it keep the separate read."""
+
+    async def aappend_to_incarnation(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime
+    ) -> list[StoredMessage] | None:
+        """``aappend_messages`` when ``resource_id`` owns the thread and its ``created_at`` is
+        ``born``; otherwise None, with nothing written (the caller re-checks and retries)."""
+
+
+ForkProbe = tuple[list[tuple[int, str, str]], list[tuple[str, int, str]]]
+"""``afork_probe``'s answer: the newest rows as ``(seq, id, kind)``, newest first, and the rows of
+the asked ids as ``(id, seq, kind)``."""
+
+
+@runtime_checkable
+class SupportsForkProbe(Protocol):
+    """Optional fast path of a store: the two reads of a step's fork check in one call.
+
+    A caller without a checkpointed position (no checkpointer, a stateless API) is checked on
+    every step for running from the past: the branch's newest rows, and which of the state's
+    ids the branch holds. Apart they cost two round trips per step. Stores without it answer in
+    two reads (``aget_messages`` newest first, ``aget_messages_by_ids``)."""
+
+    async def afork_probe(self, resource_id: str, thread_id: str, message_ids: Sequence[str],
+                          newest: int) -> ForkProbe:
+        """The ``newest`` newest rows of the thread and the rows of ``message_ids`` it holds,
+        id, ``seq`` and kind only (no message bodies)."""
