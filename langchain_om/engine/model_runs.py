@@ -35,6 +35,7 @@ from ..foundation.events import (
 )
 from ..foundation.hooks import HookContext, Trigger
 from ..foundation.messages import message_timestamp
+from ..foundation.tokens import CONVERSATION_OVERHEAD, MESSAGE_OVERHEAD
 from ..model_calls import failure_policy
 from ..model_calls import observer as observer_mod
 from ..model_calls import reflector as reflector_mod
@@ -164,8 +165,23 @@ def previous_observations(core: EngineCore, record: OMRecord) -> str:
         kept = [g.text for g in record.groups if g.id not in covered]
         text = "\n\n".join([pending.text, *kept])
     return observer_mod.previous_with_marker(
-        text, core.config.observation.previous_observer_tokens, core.counter.count_text
+        text, core.config.observation.previous_observer_tokens, _piece_counter(core)
     )
+
+
+def _piece_counter(core: EngineCore) -> Callable[[str], int]:
+    """The counter's cached count for repeated texts (a user's own counter may have none)."""
+    return getattr(core.counter, "count_piece", core.counter.count_text)
+
+
+def _prompt_tokens(core: EngineCore, prompt: Sequence[Any]) -> int:
+    """The Observer prompt's tokens from its sections' kept counts: the instructions and the
+    previous log repeat on every call, only the transcript is new (counting the whole prompt
+    again cost ~1 ms a call). A prompt with attachments, or a user's own counter, is counted whole."""
+    count_sections = getattr(core.counter, "count_sections", None)
+    if count_sections is None or not all(isinstance(m.content, str) for m in prompt):
+        return core.counter.count_messages(prompt)
+    return CONVERSATION_OVERHEAD + sum(MESSAGE_OVERHEAD + int(count_sections(m.content)) for m in prompt)
 
 
 def _newest_moment(core: EngineCore, resource_id: str, batch: Mapping[str, Sequence[StoredMessage]],
@@ -213,7 +229,7 @@ async def _call_observer(
         inline_extractors=inline, current_title=current_title,
         previous_task=record.current_task, previous_suggestion=record.suggested_response,
     )
-    input_tokens = core.counter.count_messages(prompt)
+    input_tokens = _prompt_tokens(core, prompt)
     call, parsed = await acall_observer(  # a looping reply is refused and asked for once more (replies.py)
         spec if spec is not None else "default", prompt, inline_slugs=[spec_.slug for spec_ in inline],
         input_tokens=input_tokens,
@@ -275,7 +291,7 @@ async def arun_reflector(
             source_text, instruction=cfg.reflection.instruction, level=level, target_tokens=target // 2,
             inline_extractors=inline,
         )
-        input_tokens = core.counter.count_messages(prompt)
+        input_tokens = _prompt_tokens(core, prompt)
         try:
             call, parsed = await acall_reflector(  # a looping reply: asked once more, then OMModelError
                 spec if spec is not None else "default", prompt, inline_slugs=[s.slug for s in inline],

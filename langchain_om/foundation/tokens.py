@@ -294,7 +294,11 @@ class LongTextCounts:
 
     MIN_CHARS, MAX_CHARS, ENTRIES = 1024, 65_536, 32
 
-    def __init__(self) -> None:
+    def __init__(self, *, min_chars: int | None = None, max_chars: int | None = None,
+                 entries: int | None = None) -> None:
+        self.MIN_CHARS = self.MIN_CHARS if min_chars is None else min_chars
+        self.MAX_CHARS = self.MAX_CHARS if max_chars is None else max_chars
+        self.ENTRIES = self.ENTRIES if entries is None else entries
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()  # sync twins count on OM's loop thread and the caller's
 
@@ -327,10 +331,24 @@ class TokenCounter:
     def __init__(self, *, provider: str | None = None) -> None:
         self.provider: ProviderFamily | None = normalize_provider(provider)
         self._long_counts = LongTextCounts()
+        # the log's lines and the prompts' sections, counted again on every Observer call
+        self._piece_counts = LongTextCounts(min_chars=1, max_chars=LongTextCounts.MIN_CHARS - 1, entries=8192)
 
     def count_text(self, text: str) -> int:
         """Tokens of a plain string."""
         raise NotImplementedError
+
+    def count_piece(self, text: str) -> int:
+        """``count_text`` for a text OM counts again and again (a line of the observation log, a
+        section of a prompt): short ones are kept too, so each is counted once while it repeats."""
+        return self._piece_counts.count(text, self.count_text)
+
+    def count_sections(self, text: str, separator: str = "\n\n") -> int:
+        """Tokens of ``text`` as the sum of its ``separator``-joined sections (one token per
+        join): a prompt that repeats most of its sections costs only its new ones. Within two
+        tokens per join of ``count_text(text)`` (a tokenizer may merge a join into its neighbours)."""
+        sections = text.split(separator)
+        return sum(self.count_piece(section) for section in sections if section) + len(sections) - 1
 
     # -- messages ---------------------------------------------------------------------
 
