@@ -140,7 +140,8 @@ class PostgresConnection:
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[Cursor]:
         """One transaction on a pooled connection; database errors surface as ``StoreError``."""
-        await self.asetup()
+        if not self._setup_done:
+            await self.asetup()
         assert self._pool is not None
         try:
             async with self._pool.connection() as conn:
