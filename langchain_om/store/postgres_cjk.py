@@ -25,6 +25,7 @@ from typing import Any
 from psycopg import AsyncCursor, sql
 
 from . import _util as u
+from .backfill_bookmarks import pg_claim
 from .cjk import cjk_index_tokens, tsvector_literal
 from .search import search_text
 
@@ -76,24 +77,15 @@ async def index_cjk(
 async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sql.Composed], schema: str) -> bool:
     """Index the next ``BACKFILL_BATCH`` stored messages and move the bookmark (inside the
     caller's transaction). Returns whether nothing is left (or another worker holds the task)."""
-    await cur.execute(
-        "SELECT to_regclass(format('%%I.search_backfill', %s::text)) IS NOT NULL AS exists, "
-        "pg_try_advisory_xact_lock(hashtext(%s)) AS got",
-        (schema, f"langchain_om.cjk:{schema}"),
-    )
-    got = await cur.fetchone()
-    if got is None or not got["exists"] or not got["got"]:  # an older schema version, or another worker's task
-        return True
-    await cur.execute(q("SELECT after_thread, after_seq, done FROM {s}.search_backfill WHERE name = 'cjk'"))
-    mark = await cur.fetchone()
-    if mark is None or mark["done"]:
+    mark = await pg_claim(cur, q, schema, "cjk")
+    if mark is None:  # an older schema version, another worker's task, or done
         return True
     await cur.execute(
         q(
             "SELECT resource_id, thread_id, seq, id, kind, data FROM {s}.messages "
             "WHERE (thread_id, seq) > (%s, %s) ORDER BY thread_id, seq LIMIT %s"
         ),
-        (mark["after_thread"], mark["after_seq"], BACKFILL_BATCH),
+        (*mark, BACKFILL_BATCH),
     )
     rows = await cur.fetchall()
     entries = cjk_entries([
@@ -104,7 +96,7 @@ async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sq
     if entries:
         await cur.executemany(q(INSERT_CJK), entries)
     done = len(rows) < BACKFILL_BATCH
-    last = (rows[-1]["thread_id"], rows[-1]["seq"]) if rows else (mark["after_thread"], mark["after_seq"])
+    last = (rows[-1]["thread_id"], rows[-1]["seq"]) if rows else mark
     await cur.execute(
         q("UPDATE {s}.search_backfill SET after_thread = %s, after_seq = %s, done = %s WHERE name = 'cjk'"),
         (*last, done),

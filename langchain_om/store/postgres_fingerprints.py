@@ -17,6 +17,7 @@ from typing import Any
 from psycopg import AsyncCursor, sql
 
 from . import _util as u
+from .backfill_bookmarks import pg_claim
 from .known import FINGERPRINT_PATH, stored_fingerprint
 
 BACKFILL_BATCH = 5000
@@ -36,22 +37,13 @@ SCHEMA_V9 = [
 async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sql.Composed], schema: str) -> bool:
     """Fill the column of the next ``BACKFILL_BATCH`` messages and move the bookmark (inside the
     caller's transaction). Returns whether nothing is left (or another worker holds the task)."""
-    await cur.execute(
-        "SELECT to_regclass(format('%%I.search_backfill', %s::text)) IS NOT NULL AS exists, "
-        "pg_try_advisory_xact_lock(hashtext(%s)) AS got",
-        (schema, f"langchain_om.fingerprint:{schema}"),
-    )
-    got = await cur.fetchone()
-    if got is None or not got["exists"] or not got["got"]:  # an older schema version, or another worker's task
-        return True
-    await cur.execute(q("SELECT after_thread, after_seq, done FROM {s}.search_backfill WHERE name = 'fingerprint'"))
-    mark = await cur.fetchone()
-    if mark is None or mark["done"]:
+    mark = await pg_claim(cur, q, schema, "fingerprint")
+    if mark is None:  # an older schema version, another worker's task, or done
         return True
     await cur.execute(
         q("SELECT thread_id, seq, data FROM {s}.messages WHERE (thread_id, seq) > (%s, %s) "
           "ORDER BY thread_id, seq LIMIT %s"),
-        (mark["after_thread"], mark["after_seq"], BACKFILL_BATCH),
+        (*mark, BACKFILL_BATCH),
     )
     rows = await cur.fetchall()
     # read in Python, as an append computes it: a row jsonb could not hold as is is stored wrapped
@@ -63,7 +55,7 @@ async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sq
             q("UPDATE {s}.messages SET fingerprint = %s WHERE thread_id = %s AND seq = %s AND fingerprint IS NULL"),
             values)
     done = len(rows) < BACKFILL_BATCH
-    last = (rows[-1]["thread_id"], rows[-1]["seq"]) if rows else (mark["after_thread"], mark["after_seq"])
+    last = (rows[-1]["thread_id"], rows[-1]["seq"]) if rows else mark
     await cur.execute(
         q("UPDATE {s}.search_backfill SET after_thread = %s, after_seq = %s, done = %s WHERE name = 'fingerprint'"),
         (*last, done),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from .backfill_bookmarks import sqlite_bookmark, sqlite_pending
 from .cjk import cjk_index_text
 from .search import scope_token, search_text
 
@@ -84,21 +85,16 @@ def delete_cjk_thread(conn: sqlite3.Connection, thread_token: str) -> None:
 
 
 def backfill_pending(conn: sqlite3.Connection) -> bool:
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_backfill'"
-    ).fetchone()
-    return exists is not None and conn.execute(
-        "SELECT 1 FROM search_backfill WHERE name = 'cjk' AND after_rowid < high_rowid"
-    ).fetchone() is not None
+    return sqlite_pending(conn, "cjk")
 
 
 def backfill_batch(conn: sqlite3.Connection) -> bool:
     """Index the next ``BACKFILL_BATCH`` stored messages and move the bookmark past them (inside
     the caller's write transaction). Returns whether the backfill is complete."""
-    row = conn.execute("SELECT after_rowid, high_rowid FROM search_backfill WHERE name = 'cjk'").fetchone()
-    if row is None or row[0] >= row[1]:
+    bookmark = sqlite_bookmark(conn, "cjk")
+    if bookmark is None:
         return True
-    after, high = int(row[0]), int(row[1])
+    after, high = bookmark
     rows = conn.execute(
         "SELECT rowid, resource_id, thread_id, id, kind, data FROM messages WHERE rowid > ? AND rowid <= ? "
         "ORDER BY rowid LIMIT ?",

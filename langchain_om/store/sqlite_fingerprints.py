@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from .backfill_bookmarks import sqlite_bookmark, sqlite_pending
 from .known import FINGERPRINT_PATH, json_path
 
 BACKFILL_BATCH = 5000
@@ -43,21 +44,16 @@ def migrate_v9(conn: sqlite3.Connection) -> None:
 
 
 def backfill_pending(conn: sqlite3.Connection) -> bool:
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'search_backfill'"
-    ).fetchone()
-    return exists is not None and conn.execute(
-        "SELECT 1 FROM search_backfill WHERE name = 'fingerprint' AND after_rowid < high_rowid"
-    ).fetchone() is not None
+    return sqlite_pending(conn, "fingerprint")
 
 
 def backfill_batch(conn: sqlite3.Connection) -> bool:
     """Fill the column of the next ``BACKFILL_BATCH`` rowids and move the bookmark past them
     (inside the caller's write transaction). Returns whether the backfill is complete."""
-    row = conn.execute("SELECT after_rowid, high_rowid FROM search_backfill WHERE name = 'fingerprint'").fetchone()
-    if row is None or row[0] >= row[1]:
+    bookmark = sqlite_bookmark(conn, "fingerprint")
+    if bookmark is None:
         return True
-    after, high = int(row[0]), int(row[1])
+    after, high = bookmark
     upto = min(after + BACKFILL_BATCH, high)
     conn.execute(
         f"UPDATE messages SET fingerprint = {_FROM_JSON} WHERE rowid > ? AND rowid <= ? AND fingerprint IS NULL",
