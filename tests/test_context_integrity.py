@@ -387,15 +387,23 @@ def test_tool_result_counts_at_full_size_and_images_as_images() -> None:
 
 
 class FlakyAppendStore(InMemoryStore):
-    """Fails the next append once when ``fail_next`` is set."""
+    """Fails the next append once when ``fail_next`` is set, whichever append the engine uses
+    (a warm step appends through ``aappend_to_incarnation``, which checks the thread as it writes)."""
 
     fail_next = False
 
-    async def aappend_messages(self, resource_id: str, thread_id: str, messages: Any) -> Any:
+    def _maybe_fail(self) -> None:
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("disk full")
+
+    async def aappend_messages(self, resource_id: str, thread_id: str, messages: Any) -> Any:
+        self._maybe_fail()
         return await super().aappend_messages(resource_id, thread_id, messages)
+
+    async def aappend_to_incarnation(self, resource_id: str, thread_id: str, messages: Any, born: Any) -> Any:
+        self._maybe_fail()
+        return await super().aappend_to_incarnation(resource_id, thread_id, messages, born)
 
 
 async def test_a_failed_step_does_not_hide_its_messages_from_the_next() -> None:
