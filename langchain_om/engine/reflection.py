@@ -104,8 +104,9 @@ async def _await_own_buffered_reflection(core: EngineCore, step: StepState, ttl:
     task = core._tasks.task(step.key, "reflect")
     if task is None:
         return
-    async with core.waiting("own-reflection", step.key, ttl if left is None else left):
-        await core._loans.wait_for(step.key, task, ttl if left is None else left)
+    bound = ttl if left is None else left
+    async with core.waiting("own-reflection", step.key, bound):
+        await core._loans.wait_for(step.key, task, bound)
 
 
 async def areflect_now(core: EngineCore, step: StepState, record: OMRecord, *, trigger: Trigger) -> OMRecord:
@@ -233,7 +234,8 @@ def _staged(core: EngineCore, record: OMRecord, group_ids: list[str], outcome: R
         updated.metadata.pop(planner.REFLECTION_HOLD, None)
     else:
         # the log it leaves once activated: what stays uncovered plus the best effort
-        covered = sum(g.tokens for g in record.groups if g.id in set(group_ids))
+        covered_ids = set(group_ids)
+        covered = sum(g.tokens for g in record.groups if g.id in covered_ids)
         updated.metadata[planner.REFLECTION_HOLD] = record.observation_tokens - covered + result.tokens
     add_spend(updated.metadata, "reflector", result.usage, result.provider_metadata)
     return updated
