@@ -157,11 +157,21 @@ async def _worker(spec: dict[str, Any]) -> None:
     full, ends = _conversation(spec["turns"])
     loop = asyncio.get_running_loop()
 
+    profiler = None
+    if spec.get("profile"):
+        import cProfile
+
+        profiler = cProfile.Profile()
+
     async def step(k: int) -> dict[str, Any]:
         state.active, state.waits, state.own = True, Counter(), Counter()
+        if profiler is not None and state.steps:  # warm steps only, as reported
+            profiler.enable()
         began = time.perf_counter()
         ctx = await om.aprocess(spec["thread"], full[: ends[k]])
         ms = (time.perf_counter() - began) * 1000
+        if profiler is not None:
+            profiler.disable()
         state.active = False
         state.steps += 1
         return {"k": k, "ms": ms, "waits": dict(state.waits), "own": dict(state.own), "cold": state.steps == 1,
@@ -185,6 +195,8 @@ async def _worker(spec: dict[str, Any]) -> None:
     await om.aprocess(spec["thread"], full)
     await om.await_background()
     await om.aclose()
+    if profiler is not None:  # one file per worker process: ``python -m pstats`` reads it
+        profiler.dump_stats(str(Path(spec["profile"]) / f"{spec['label']}-{os.getpid()}.prof"))
     say("bye")
 
 
@@ -226,7 +238,8 @@ def measure(url: str, workers: int, mode: str, args: argparse.Namespace, thresho
     with tempfile.TemporaryDirectory() as tmp:
         spec = {"url": url, "thread": thread, "turns": args.turns, "log": str(Path(tmp) / "calls.jsonl"),
                 "observer_delay": args.observer_delay, "reflector_delay": args.reflector_delay,
-                "agent_delay": args.agent_delay, "config": _config(args, thresholds)}
+                "agent_delay": args.agent_delay, "config": _config(args, thresholds),
+                "profile": args.profile, "label": f"{workers}-{mode}"}
         Path(spec["log"]).touch()
         command = [sys.executable, "-m", "benchmarks.workers", "--worker", json.dumps(spec)]
         env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or os.getcwd()}
@@ -310,6 +323,8 @@ def _drop_schema(dsn: str, schema: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     dsn = args.pg_dsn or os.environ.get("LANGCHAIN_OM_TEST_PG_DSN")
     tmp = tempfile.mkdtemp(prefix="om-workers-")
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict[str, Any]]] = {}
     ratios: dict[str, float | None] = {}
     target: dict[str, bool] = {}
@@ -391,6 +406,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--observation-tokens", type=int, default=None, help="overrides the setting's")
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite"])
     parser.add_argument("--pg-dsn", default=None)
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="write each worker process's cProfile of its warm steps into DIR")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from ..foundation._loop import LoopThread
 from ..foundation.config import OMConfig, OMConfigError
 from ..foundation.events import OMEvent, WaitData, WaitEvent, iso_now
 from ..foundation.hooks import ObserveHooks
-from ..foundation.inputs import KnownMessage, known_from_rows
+from ..foundation.inputs import KnownMessage, known_from_rows, message_fingerprint
 from ..foundation.messages import load_message
 from ..foundation.run_steps import RunSteps
 from ..foundation.tokens import TokenCounter, get_token_counter
@@ -375,13 +375,61 @@ class EngineCore:
             # (``last_seq``: the caller just read it, with the record's stamp)
             if refresh and (last_seq if last_seq is not None else await self.store.alast_seq(
                     resource_id, thread_id)) > newest:
-                rows = rows.plus(await self.store.aget_messages(resource_id, thread_id, after_seq=newest))
+                others = await self.store.aget_messages(resource_id, thread_id, after_seq=newest)
+                rows = rows.plus(others)
+                self._learn_rows(key, others)
             newest = rows[-1].seq if rows else newest
         if self.keeps_thread(key):  # a thread evicted during the reads stays forgotten (bounded)
             self._windows[key] = WindowCache(record.id, after, newest, rows)
         return rows
 
     _window = awindow
+
+    def _learn_rows(self, key: str, rows: Sequence[StoredMessage]) -> None:
+        """Rows another worker stored, read for the window, become known ids too: the caller's
+        next list carries those messages, and a known one is neither rebuilt nor re-sent."""
+        known = self._known_ids.get(key)
+        if known is not None and rows:
+            known.update(known_from_rows(rows))
+
+    async def acatch_up(self, resource_id: str, thread_id: str, fresh: list[BaseMessage],
+                        known: dict[str, KnownMessage], edited: list[BaseMessage]) -> list[BaseMessage]:
+        """Of ``fresh`` (the caller's messages this process does not know), those still to store.
+
+        A worker that steps a thread after others did (a load balancer dealing one user's turns
+        round-robin) is handed the turns they stored. Counting, serialising and appending them
+        only for the store to skip them, then reading them back by id, then reading them again
+        for the window, was most of such a step. When the caller's new messages span more than
+        one turn, one read of the rows stored since this process last looked (``seq`` above its
+        window's newest row) settles it first: those rows extend the cached window and the known
+        ids, the caller's own objects stand for them as parsed messages, and a copy that differs
+        from its stored row is an edit (added to ``edited``). A cost in what changed, not in the
+        history; any other step (one turn, or no cached window) keeps the plain append, whose
+        skip of held ids stays the safety net."""
+        key = record_key(resource_id, thread_id)
+        window = self._windows.get(key)
+        if window is None or sum(1 for m in fresh if m.type == "human") < 2:
+            return fresh
+        after = window.newest
+        rows = await self.store.aget_messages(resource_id, thread_id, after_seq=after)
+        if not rows:
+            return fresh
+        learned = known_from_rows(rows)
+        known.update(learned)
+        if self._windows.get(key) is window and window.newest == after:  # no other task moved it meanwhile
+            window.rows = window.rows.plus(rows)
+            window.newest = rows[-1].seq
+        cache = self._message_cache.get(key)
+        still: list[BaseMessage] = []
+        for message in fresh:
+            entry = learned.get(message.id) if message.id else None
+            if entry is None:
+                still.append(message)
+            elif message_fingerprint(message) != entry.fingerprint:
+                edited.append(message)
+            elif cache is not None:
+                lru_put(cache, str(message.id), message, MESSAGE_CACHE_PER_THREAD)
+        return still
 
     def window_messages(self, resource_id: str, thread_id: str, window: Window) -> list[BaseMessage]:
         """The window's rows as LangChain messages. Rows parsed for an earlier step's context

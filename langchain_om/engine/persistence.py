@@ -116,6 +116,8 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         ensure_id(instruction)
     inputs = StepInputs(instructions=sorted_inputs.instructions, edited=sorted_inputs.edited,
                         caller_list=caller_list)
+    if len(fresh) > 1:  # turns another worker may have stored: learn them first (core.acatch_up)
+        fresh = await core.acatch_up(resource_id, thread_id, fresh, known, inputs.edited)
     if not fresh:
         if born is not None:  # nothing to append: the incarnation check is a read of its own
             thread = await core.store.aget_thread(resource_id, thread_id)
