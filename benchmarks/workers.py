@@ -34,6 +34,7 @@ Observer's and Reflector's input tokens per stored message. Targets: 8 workers' 
     python -m benchmarks.workers --thresholds deployment,tight    # also the hard setting
     python -m benchmarks.workers --turns 32 --observer-delay 0.3 --reflector-delay 0.6 --agent-delay 0.1
                                                           # fast steps: turns outpace the Observer
+    python -m benchmarks.workers --modes sequential --profile /tmp/om-prof   # one cProfile per worker
 
 Not a timed test: the figures depend on scheduling; ratios are measured side by side in one run.
 """
