@@ -4,12 +4,15 @@ and a tool call with its results together."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ..foundation.inputs import KnownMessage
 from .state import OMContext
+
+_ID = operator.attrgetter("id")
 
 
 def leaving_ids(known: Mapping[str, KnownMessage], messages: Sequence[BaseMessage], context: OMContext, *,
@@ -20,8 +23,11 @@ def leaving_ids(known: Mapping[str, KnownMessage], messages: Sequence[BaseMessag
     newest_human = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].type == "human"), -1)
     if newest_human <= 0:
         return []
-    ids = [m.id for m in messages[:newest_human]]
-    candidates = set(ids).difference({m.id for m in context.messages}) if keep_unobserved else set(ids)
+    # sets built in C (``map``): the state holds the whole unobserved window, and nearly every
+    # step leaves nothing, so a Python pass over it would be most of this call's cost
+    candidates = set(map(_ID, messages[:newest_human]))
+    if keep_unobserved:
+        candidates.difference_update(map(_ID, context.messages))
     eligible = {mid for mid in candidates if mid and mid in known}
     if not eligible:  # most steps: the state is the window plus the turn, nothing leaves
         return []

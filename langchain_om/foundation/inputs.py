@@ -24,6 +24,7 @@ import hashlib
 import operator
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, ChatMessage, SystemMessage
@@ -137,7 +138,11 @@ def sort_inputs(
         if entry is not None and mid:
             last_known = len(conversation)
             before = seen_get(mid)
-            if before is not message and (before is None or before.content is not message.content):
+            # the same content object is not enough on its own: "" (a tool-calling AI message) is
+            # one object everywhere, and a model_copy keeps the content while changing its calls
+            if before is not message and (before is None or before.content is not message.content
+                                          or before.name != message.name
+                                          or _calls(before) != _calls(message)):
                 if fingerprint(message) != entry.fingerprint:
                     out.edited.append(message)
                 else:
@@ -151,23 +156,41 @@ def sort_inputs(
 
 
 def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bool:
-    """Whether ``listed`` starts with messages equal to ``previous`` (which then becomes a copy of
-    ``listed``): the same objects (pointer compares in C), else equal field values. A checkpointer
-    hands back fresh copies every step; comparing their ``__dict__`` runs in C too, where
-    pydantic's ``__eq__`` costs ~4 us a message in Python. Equal fields mean equal content, tool
-    calls and name, so nothing in that part of the list was edited."""
+    """Whether ``listed`` starts with messages that read the same as ``previous`` (which then
+    becomes a copy of ``listed``): the same objects (pointer compares in C), else the same id,
+    type, content, name and tool calls, position by position. A checkpointer hands back fresh
+    copies every step; those fields are exactly what ``message_fingerprint`` covers (plus the id
+    and type that place a message), so a head equal in them holds no edit and nothing new, and
+    each comparison is a ``map`` over the list in C: no Python pass over the history (comparing
+    whole ``__dict__``s walked every message's metadata dicts, ~1-2 us a message). Anything that
+    differs, or a field that cannot be compared, leaves the decision to the full walk."""
     head = listed[:len(previous)]
     if all(map(operator.is_, head, previous)):
         previous.extend(listed[len(previous):])
         return True
-    other = [i for i, same in enumerate(map(operator.is_, head, previous)) if not same]
     try:
-        same = [head[i].__dict__ for i in other] == [previous[i].__dict__ for i in other]
+        same = _reading(head) == _reading(previous)
     except (AttributeError, TypeError, ValueError):  # not a message, or an odd field: the full walk decides
         return False
     if same:
         previous[:] = listed  # the caller's objects now: next step's compare is pointers again
     return same
+
+
+def _calls(message: BaseMessage) -> tuple[Any, Any]:
+    fields = vars(message)
+    return fields.get("tool_calls"), fields.get("invalid_tool_calls")
+
+
+_PLACE_AND_TEXT = operator.attrgetter("id", "type", "content", "name")
+
+
+def _reading(messages: list[BaseMessage]) -> tuple[list[Any], list[Any], list[Any]]:
+    """What a model reads of each message and where it stands, as lists built in C: (id, type,
+    content, name), and the tool calls and invalid tool calls of AI messages (None elsewhere)."""
+    fields = list(map(vars, messages))
+    return (list(map(_PLACE_AND_TEXT, messages)), list(map(dict.get, fields, repeat("tool_calls"))),
+            list(map(dict.get, fields, repeat("invalid_tool_calls"))))
 
 
 def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:

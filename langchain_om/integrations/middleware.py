@@ -19,9 +19,11 @@ stays byte-identical across steps, which is what provider prompt caches reuse.
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import repeat
 from typing import Annotated, Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -162,14 +164,18 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         state_messages = _plain_only((request.state or {}).get("messages", []))
         removals: list[BaseMessage] = []
         if self.remove_observed and not _repaired_by_agent(state_messages):
-            # only ids that are in state now: an outer middleware may have rewritten request.messages
-            in_state = {m.id for m in state_messages}
             observed = self.om.observed_state_ids(branch, request.messages, context, resource_id=resource_id,
                                                   keep_unobserved=self.keep_in_state == "unobserved")
-            removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
+            if observed:  # most steps nothing leaves: no set of the state's ids is built
+                # only ids that are in state now: an outer middleware may have rewritten request.messages
+                in_state = set(map(_ID, state_messages))
+                removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
         replies = [_with_id(m) for m in response.result]
-        gone = {m.id for m in removals}
-        after = [m for m in state_messages if m.id not in gone] + replies
+        if removals:
+            gone = {m.id for m in removals}
+            after = [m for m in state_messages if m.id not in gone] + replies
+        else:
+            after = state_messages + replies
         answer = ModelResponse(result=[*removals, *replies], structured_response=response.structured_response)
         return answer, after, _ends_turn(response)
 
@@ -210,7 +216,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         if ended is None or state.get(POSITION_KEY) != ended[0]:
             return False
         now = state["messages"]
-        if len(now) != len(ended[1]) or any(a is not b for a, b in zip(now, ended[1], strict=True)):
+        if len(now) != len(ended[1]) or not all(map(operator.is_, now, ended[1])):  # pointers, in C
             return False
         await self.om._live_runs.aclose(config)  # the run ends here, as aturn_end_at_checkpoint would close it
         return True
@@ -276,6 +282,7 @@ def _answer(response: ModelResponse[Any], position: dict[str, Any]) -> ExtendedM
     return ExtendedModelResponse(model_response=response, command=Command(update={POSITION_KEY: position}))
 
 
+_ID = operator.attrgetter("id")
 _AI_TYPES = frozenset({"ai", "AIMessageChunk"})
 _TOOL_TYPES = frozenset({"tool", "ToolMessageChunk"})
 
@@ -284,7 +291,10 @@ def _repaired_by_agent(messages: list[BaseMessage]) -> bool:
     """Whether ``create_agent`` answers an invalid tool call itself this step: it then rewrites the
     whole message list (``REMOVE_ALL_MESSAGES``), under which a ``RemoveMessage`` would be kept as
     a message. The removals wait for the next step then. (Compared by ``type``: an ``isinstance``
-    that fails goes through pydantic's metaclass, a few times the cost, on every message.)"""
+    that fails goes through pydantic's metaclass, a few times the cost, on every message.) Nearly
+    always no message holds an invalid tool call: that is seen in C, without a Python pass."""
+    if not any(map(dict.get, map(vars, messages), repeat("invalid_tool_calls"))):
+        return False
     invalid = [call for m in messages if m.type in _AI_TYPES for call in cast("AIMessage", m).invalid_tool_calls]
     if not invalid:
         return False
@@ -309,7 +319,7 @@ def _ends_turn(response: ModelResponse[Any]) -> bool:
 
 def _plain_only(messages: Sequence[Any]) -> list[BaseMessage]:
     """The ``BaseMessage`` objects among ``messages`` (the type of each is looked at once per type)."""
-    kinds = {type(m) for m in messages}
+    kinds = set(map(type, messages))  # in C: no Python pass over a long state
     if all(issubclass(kind, BaseMessage) for kind in kinds):
         return list(messages)
     return [m for m in messages if isinstance(m, BaseMessage)]
@@ -319,7 +329,7 @@ def _plain(messages: Sequence[Any]) -> list[BaseMessage]:
     """The messages as a list, each checked to be a ``BaseMessage`` once per distinct type (an
     ``isinstance`` through pydantic's metaclass per message costs more than the rest of the pass)."""
     out = list(messages)
-    for kind in {type(m) for m in out}:
+    for kind in set(map(type, out)):
         if not issubclass(kind, BaseMessage):
             raise TypeError(f"messages: expected BaseMessage objects, got {kind.__name__}")
     return out
