@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_om import ObservationalMemory
-from langchain_om.foundation.inputs import KnownMessage, message_fingerprint, sort_inputs
+from langchain_om.foundation.inputs import CallerList, KnownMessage, message_fingerprint, sort_inputs
 from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
@@ -72,11 +72,12 @@ def _known(messages: list[BaseMessage]) -> dict[str, KnownMessage]:
     return {str(m.id): KnownMessage(message_fingerprint(m), seq) for seq, m in enumerate(messages, 1)}
 
 
+@pytest.mark.parametrize("kept", [list, CallerList])
 @pytest.mark.parametrize("language", ["en", "ja"])
-def test_fresh_copies_with_one_edit_deep_inside_are_walked(language: str) -> None:
+def test_fresh_copies_with_one_edit_deep_inside_are_walked(language: str, kept: type[list[BaseMessage]]) -> None:
     history = _history(200, language)
     known, seen = _known(history), {}
-    previous: list[BaseMessage] = []
+    previous: list[BaseMessage] = kept()
     sort_inputs(history, known, seen, previous)
     assert previous == history
 
@@ -85,6 +86,16 @@ def test_fresh_copies_with_one_edit_deep_inside_are_walked(language: str) -> Non
     out = sort_inputs(copies, known, seen, previous)
     assert not out.fresh and not out.edited
     assert all(a is b for a, b in zip(previous, copies, strict=True))
+
+    # the caller's own objects plus a new message (pointers), then copies of all with the newest edited
+    extra = HumanMessage(TEXTS[language][0].format(i=999), id="h-new")
+    out = sort_inputs([*copies, extra], known, seen, previous)
+    assert [m.id for m in out.fresh] == ["h-new"]
+    known["h-new"] = KnownMessage(message_fingerprint(extra), 10_000)
+    again = [m.model_copy(deep=True) for m in [*history, extra]]
+    again[-1] = again[-1].model_copy(update={"content": TEXTS[language][1]})
+    assert [m.id for m in sort_inputs(again, known, seen, previous).edited] == ["h-new"]
+    history = [*history, extra]
 
     # copies again, one message's text edited in the middle
     copies = [m.model_copy(deep=True) for m in history]
@@ -101,10 +112,11 @@ def test_fresh_copies_with_one_edit_deep_inside_are_walked(language: str) -> Non
     assert [m.id for m in out.edited] == ["a101"]
 
 
-def test_fresh_copies_with_a_changed_name_or_id_are_walked() -> None:
+@pytest.mark.parametrize("kept", [list, CallerList])
+def test_fresh_copies_with_a_changed_name_or_id_are_walked(kept: type[list[BaseMessage]]) -> None:
     history = _history(50, "en")
     known, seen = _known(history), {}
-    previous: list[BaseMessage] = []
+    previous: list[BaseMessage] = kept()
     sort_inputs(history, known, seen, previous)
     copies = [m.model_copy(deep=True) for m in history]
     copies[60] = copies[60].model_copy(update={"name": "someone-else"})

@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from ..foundation.inputs import Instructions, KnownMessage, edit_row, known_from_rows, message_fingerprint, sort_inputs
+from ..foundation.inputs import (
+    CallerList,
+    Instructions,
+    KnownMessage,
+    edit_row,
+    known_from_rows,
+    message_fingerprint,
+    sort_inputs,
+)
 from ..foundation.messages import dump_message, ensure_id, message_timestamp
 from ..store.base import (
     NewMessage,
@@ -42,7 +50,7 @@ class StepInputs:
     instructions: list[BaseMessage] = field(default_factory=list)
     edited: list[BaseMessage] = field(default_factory=list)
     inserted: list[StoredMessage] = field(default_factory=list)
-    caller_list: list[BaseMessage] = field(default_factory=list)
+    caller_list: list[BaseMessage] = field(default_factory=CallerList)
 
 
 async def acheck_and_persist(core: EngineCore, resource_id: str, thread_id: str,
@@ -109,7 +117,7 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     cache = _thread_cache(core, core._message_cache, cache_key, OrderedDict)
     # the caller's list of the last step is taken out until this step has stored and settled
     # everything in it: a step that fails half-way makes the next one look at the whole list
-    caller_list = core._caller_lists.pop(cache_key, [])
+    caller_list = core._caller_lists.pop(cache_key, None) or CallerList()
     sorted_inputs = sort_inputs(messages, known, cache, caller_list, remember=MESSAGE_CACHE_PER_THREAD)
     fresh = sorted_inputs.fresh
     for instruction in sorted_inputs.instructions:

@@ -118,6 +118,8 @@ def sort_inputs(
             start = known_len
         if start == 0:
             previous[:] = listed
+            if isinstance(previous, CallerList):
+                previous.reading = None  # read again when the next step needs it
     last_known = -1
     conversation: list[BaseMessage] = []
     unchanged: list[BaseMessage] = []
@@ -155,25 +157,47 @@ def sort_inputs(
     return out
 
 
+class CallerList(list[BaseMessage]):
+    """The caller's list of the last step, with what a model reads of each of its messages
+    (``_reading``, position by position, or None until needed): the next step then reads only
+    its own list, not both."""
+
+    __slots__ = ("reading",)
+
+    def __init__(self, messages: Iterable[BaseMessage] = ()) -> None:
+        super().__init__(messages)
+        self.reading: Reading | None = None
+
+
 def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bool:
     """Whether ``listed`` starts with messages that read the same as ``previous`` (which then
     becomes a copy of ``listed``): the same objects (pointer compares in C), else the same id,
     type, content, name and tool calls, position by position. A checkpointer hands back fresh
     copies every step; those fields are exactly what ``message_fingerprint`` covers (plus the id
-    and type that place a message), so a head equal in them holds no edit and nothing new, and
-    each comparison is a ``map`` over the list in C: no Python pass over the history (comparing
-    whole ``__dict__``s walked every message's metadata dicts, ~1-2 us a message). Anything that
-    differs, or a field that cannot be compared, leaves the decision to the full walk."""
-    head = listed[:len(previous)]
+    and type that place a message), so a head equal in them holds no edit and nothing new. Each
+    field is a ``map`` over the list in C, and a ``CallerList`` keeps its own reading, so a step
+    reads its new list once and walks nothing in Python (comparing whole ``__dict__``s walked
+    every message's metadata dicts on both sides). Anything that differs, or a field that cannot
+    be compared, leaves the decision to the full walk."""
+    known_len = len(previous)
+    head, tail = listed[:known_len], listed[known_len:]
+    cached = previous.reading if isinstance(previous, CallerList) else None
     if all(map(operator.is_, head, previous)):
-        previous.extend(listed[len(previous):])
+        if cached is not None and tail:
+            cached = _joined(cached, _reading(tail))
+        previous.extend(tail)
+        if isinstance(previous, CallerList):
+            previous.reading = cached
         return True
     try:
-        same = _reading(head) == _reading(previous)
+        mine = _reading(head)
+        same = mine == (cached if cached is not None else _reading(previous))
     except (AttributeError, TypeError, ValueError):  # not a message, or an odd field: the full walk decides
         return False
     if same:
         previous[:] = listed  # the caller's objects now: next step's compare is pointers again
+        if isinstance(previous, CallerList):  # what was read of them, not of the copies they replace
+            previous.reading = _joined(mine, _reading(tail)) if tail else mine
     return same
 
 
@@ -182,15 +206,20 @@ def _calls(message: BaseMessage) -> tuple[Any, Any]:
     return fields.get("tool_calls"), fields.get("invalid_tool_calls")
 
 
+Reading = tuple[list[Any], list[Any], list[Any]]
 _PLACE_AND_TEXT = operator.attrgetter("id", "type", "content", "name")
 
 
-def _reading(messages: list[BaseMessage]) -> tuple[list[Any], list[Any], list[Any]]:
+def _reading(messages: list[BaseMessage]) -> Reading:
     """What a model reads of each message and where it stands, as lists built in C: (id, type,
     content, name), and the tool calls and invalid tool calls of AI messages (None elsewhere)."""
     fields = list(map(vars, messages))
     return (list(map(_PLACE_AND_TEXT, messages)), list(map(dict.get, fields, repeat("tool_calls"))),
             list(map(dict.get, fields, repeat("invalid_tool_calls"))))
+
+
+def _joined(first: Reading, second: Reading) -> Reading:
+    return (first[0] + second[0], first[1] + second[1], first[2] + second[2])
 
 
 def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:
