@@ -183,22 +183,20 @@ def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bo
     head, tail = listed[:known_len], listed[known_len:]
     cached = previous.reading if isinstance(previous, CallerList) else None
     if all(map(operator.is_, head, previous)):
-        if cached is not None and tail:
-            cached = _joined(cached, _reading(tail))
         previous.extend(tail)
         if isinstance(previous, CallerList):
-            previous.reading = cached
+            previous.reading = _extended(cached, tail)
         return True
+    mine = _read(head)
     try:
-        mine = _reading(head)
-        same = mine == (cached if cached is not None else _reading(previous))
-    except (AttributeError, TypeError, ValueError):  # not a message, or an odd field: the full walk decides
+        if mine is None or mine != (cached if cached is not None else _read(previous)):
+            return False
+    except (TypeError, ValueError):  # content whose comparison fails: the full walk decides
         return False
-    if same:
-        previous[:] = listed  # the caller's objects now: next step's compare is pointers again
-        if isinstance(previous, CallerList):  # what was read of them, not of the copies they replace
-            previous.reading = _joined(mine, _reading(tail)) if tail else mine
-    return same
+    previous[:] = listed  # the caller's objects now: next step's compare is pointers again
+    if isinstance(previous, CallerList):  # what was read of them, not of the copies they replace
+        previous.reading = _extended(mine, tail)
+    return True
 
 
 def _calls(message: BaseMessage) -> tuple[Any, Any]:
@@ -207,19 +205,32 @@ def _calls(message: BaseMessage) -> tuple[Any, Any]:
 
 
 Reading = tuple[list[Any], list[Any], list[Any]]
-_PLACE_AND_TEXT = operator.attrgetter("id", "type", "content", "name")
+_PLACE_AND_TEXT = operator.itemgetter("id", "type", "content", "name")
 
 
 def _reading(messages: list[BaseMessage]) -> Reading:
-    """What a model reads of each message and where it stands, as lists built in C: (id, type,
-    content, name), and the tool calls and invalid tool calls of AI messages (None elsewhere)."""
+    """What a model reads of each message and where it stands, as lists built in C from each
+    message's fields: (id, type, content, name), and the tool calls and invalid tool calls of AI
+    messages (None elsewhere). A message without one of the first four raises ``KeyError``."""
     fields = list(map(vars, messages))
-    return (list(map(_PLACE_AND_TEXT, messages)), list(map(dict.get, fields, repeat("tool_calls"))),
+    return (list(map(_PLACE_AND_TEXT, fields)), list(map(dict.get, fields, repeat("tool_calls"))),
             list(map(dict.get, fields, repeat("invalid_tool_calls"))))
 
 
-def _joined(first: Reading, second: Reading) -> Reading:
-    return (first[0] + second[0], first[1] + second[1], first[2] + second[2])
+def _read(messages: list[BaseMessage]) -> Reading | None:
+    """``_reading``, or None when an object is not a message or has an odd field (the full walk
+    then decides, and names what is wrong)."""
+    try:
+        return _reading(messages)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _extended(reading: Reading | None, tail: list[BaseMessage]) -> Reading | None:
+    if reading is None or not tail:
+        return reading
+    more = _read(tail)
+    return None if more is None else (reading[0] + more[0], reading[1] + more[1], reading[2] + more[2])
 
 
 def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:
