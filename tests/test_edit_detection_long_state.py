@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_om import ObservationalMemory
-from langchain_om.foundation.inputs import CallerList, KnownMessage, message_fingerprint, sort_inputs
+from langchain_om.foundation.inputs import CallerList, KnownMessage, message_fingerprint, release_copies, sort_inputs
 from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore
@@ -127,3 +127,27 @@ def test_fresh_copies_with_a_changed_name_or_id_are_walked(kept: type[list[BaseM
     copies[90] = HumanMessage("brought back", id="h-other")
     out = sort_inputs(copies, known, seen, previous)
     assert not out.edited and not out.fresh
+
+
+@pytest.mark.parametrize("language", ["en", "ja"])
+def test_released_copies_still_catch_an_edit(language: str) -> None:
+    history = _history(100, language)
+    known, seen = _known(history), {}
+    previous = CallerList()
+    sort_inputs(history, known, seen, previous)
+    release_copies(previous)
+    assert len(previous) == 300, "a caller handing the same objects keeps them (pointer compares)"
+
+    sort_inputs([m.model_copy(deep=True) for m in history], known, seen, previous)
+    release_copies(previous)  # a caller handing copies: only what was read of them is kept
+    assert len(previous) == 0 and previous.released == 300
+
+    unchanged = [m.model_copy(deep=True) for m in history]
+    out = sort_inputs(unchanged, known, seen, previous)
+    assert not out.fresh and not out.edited
+    assert all(a is b for a, b in zip(previous, unchanged, strict=True)), "the new copies are the baseline"
+    release_copies(previous)
+
+    edited = [m.model_copy(deep=True) for m in history]
+    edited[150] = edited[150].model_copy(update={"content": TEXTS[language][1]})
+    assert [m.id for m in sort_inputs(edited, known, seen, previous).edited] == ["h50"]

@@ -117,7 +117,9 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     cache = _thread_cache(core, core._message_cache, cache_key, OrderedDict)
     # the caller's list of the last step is taken out until this step has stored and settled
     # everything in it: a step that fails half-way makes the next one look at the whole list
-    caller_list = core._caller_lists.pop(cache_key, None) or CallerList()
+    caller_list = core._caller_lists.pop(cache_key, None)
+    if caller_list is None:  # (an empty list may stand for released objects: see release_copies)
+        caller_list = CallerList()
     sorted_inputs = sort_inputs(messages, known, cache, caller_list, remember=MESSAGE_CACHE_PER_THREAD)
     fresh = sorted_inputs.fresh
     for instruction in sorted_inputs.instructions:

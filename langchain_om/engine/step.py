@@ -16,6 +16,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..foundation.events import StatusEvent
+from ..foundation.inputs import release_copies
 from ..foundation.oversize import warn_oversized
 from ..foundation.run_steps import run_mark
 from ..model_calls import failure_policy
@@ -123,6 +124,7 @@ async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMes
     core.touch_record(key)
     step = StepState(resource, thread_id, key, core._clock(), [], None, config)
     idle_buffering = core.config.buffering_enabled and core.config.observation.buffer_on_idle
+    release_copies(inputs.caller_list)  # the turn is over (see there)
     if not (idle_buffering or inputs.instructions or inputs.edited):
         settled(core, resource, thread_id, inputs)
         return

@@ -113,13 +113,13 @@ def sort_inputs(
     listed = messages if type(messages) is list else list(messages)
     start = 0
     if previous is not None:
-        known_len = len(previous)
+        known_len = _length(previous)
         if known_len and len(listed) >= known_len and _same_messages(listed, previous):
             start = known_len
         if start == 0:
             previous[:] = listed
-            if isinstance(previous, CallerList):
-                previous.reading = None  # read again when the next step needs it
+            if isinstance(previous, CallerList):  # read again when the next step needs it
+                previous.reading, previous.copies, previous.released = None, False, 0
     last_known = -1
     conversation: list[BaseMessage] = []
     unchanged: list[BaseMessage] = []
@@ -160,13 +160,31 @@ def sort_inputs(
 class CallerList(list[BaseMessage]):
     """The caller's list of the last step, with what a model reads of each of its messages
     (``_reading``, position by position, or None until needed): the next step then reads only
-    its own list, not both."""
+    its own list, not both. ``copies``: the caller handed copies of the messages it had handed
+    before (a checkpointer does, every invocation). ``released``: how many messages the list
+    stands for after ``release_copies`` dropped the objects and kept only their reading."""
 
-    __slots__ = ("reading",)
+    __slots__ = ("copies", "reading", "released")
 
     def __init__(self, messages: Iterable[BaseMessage] = ()) -> None:
         super().__init__(messages)
         self.reading: Reading | None = None
+        self.copies = False
+        self.released = 0
+
+
+def release_copies(previous: list[BaseMessage] | None) -> None:
+    """At the end of a turn, drop the message objects of a caller that hands copies: its next
+    turn brings new copies (compared by their reading, kept here), never these objects. Holding
+    them would pin a whole checkpointed state per cached thread between turns, and make the next
+    step pay for freeing them; LangGraph frees them with its own state instead."""
+    if isinstance(previous, CallerList) and previous.copies and previous.reading is not None and len(previous):
+        previous.released = len(previous)
+        previous.clear()
+
+
+def _length(previous: list[BaseMessage]) -> int:
+    return previous.released if isinstance(previous, CallerList) and previous.released else len(previous)
 
 
 def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bool:
@@ -179,10 +197,13 @@ def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bo
     reads its new list once and walks nothing in Python (comparing whole ``__dict__``s walked
     every message's metadata dicts on both sides). Anything that differs, or a field that cannot
     be compared, leaves the decision to the full walk."""
-    known_len = len(previous)
+    known_len = _length(previous)
     head, tail = listed[:known_len], listed[known_len:]
     cached = previous.reading if isinstance(previous, CallerList) else None
-    if all(map(operator.is_, head, previous)):
+    released = known_len != len(previous)
+    if released and cached is None:
+        return False
+    if not released and all(map(operator.is_, head, previous)):
         previous.extend(tail)
         if isinstance(previous, CallerList):
             previous.reading = _extended(cached, tail)
@@ -195,7 +216,7 @@ def _same_messages(listed: list[BaseMessage], previous: list[BaseMessage]) -> bo
         return False
     previous[:] = listed  # the caller's objects now: next step's compare is pointers again
     if isinstance(previous, CallerList):  # what was read of them, not of the copies they replace
-        previous.reading = _extended(mine, tail)
+        previous.reading, previous.copies, previous.released = _extended(mine, tail), True, 0
     return True
 
 
