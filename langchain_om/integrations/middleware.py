@@ -163,10 +163,12 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         ``update["model"]["messages"][-1]`` (issue 31)."""
         state_messages = _plain_only((request.state or {}).get("messages", []))
         removals: list[BaseMessage] = []
-        if self.remove_observed and not _repaired_by_agent(state_messages):
+        if self.remove_observed:
             observed = self.om.observed_state_ids(branch, request.messages, context, resource_id=resource_id,
                                                   keep_unobserved=self.keep_in_state == "unobserved")
-            if observed:  # most steps nothing leaves: no set of the state's ids is built
+            # most steps nothing leaves: then neither the repair check nor a set of the state's ids
+            # walks the state (each pass over a checkpointer's fresh copies costs ~1 us a message)
+            if observed and not _repaired_by_agent(state_messages):
                 # only ids that are in state now: an outer middleware may have rewritten request.messages
                 in_state = set(map(_ID, state_messages))
                 removals = [RemoveMessage(id=mid) for mid in observed if mid in in_state]
