@@ -4,6 +4,7 @@
     python -m benchmarks.load --quick                      # N = 1, 10; a few turns (~1 minute)
     python -m benchmarks.load --users 50 --stores sqlite --observer-latency 0.2
     python -m benchmarks.load --soak 8 --stores postgres   # 8 minutes over 3x cache_limit threads
+    python -m benchmarks.load --users 10,50 --observer-latency 0.2 --baseline /work/wt/issuebase
 
 Each run drives ``create_agent`` + ``ObservationalMemoryMiddleware`` (``--via aprocess`` for the
 bare engine) with scripted models: the Observer and Reflector sleep ``--observer-latency`` s per
@@ -15,13 +16,21 @@ own CPU excluded) and an integrity check (every sent message stored once, none o
 twice, none sent to the Observer twice). ``--soak M`` runs M minutes over more threads than
 ``om.cache_limit`` and samples RSS. PostgreSQL needs ``LANGCHAIN_OM_TEST_PG_DSN`` (or
 ``--pg-dsn``) and uses a throw-away schema on it; all traffic stays on this host's loopback.
+
+``--baseline DIR`` measures another checkout beside this one: each (store, N) runs the same plan
+(bare agent, then with OM) once per checkout, each in its own subprocess (that checkout's
+``langchain_om`` first on ``sys.path``, this directory's harness), alternately, after a small
+warm-up run in the same process; the report puts OM's CPU per turn before and after side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -35,6 +44,19 @@ from .common import fmt, percentile, section_main, table
 from .load_harness import LoadPlan, LoadResult, run_load
 
 PG_ENV = "LANGCHAIN_OM_TEST_PG_DSN"
+HERE = Path(__file__).resolve().parent
+TARGET = 0.5  # issue 33 item 3: OM's CPU per turn at most half of the baseline's
+_BOOT = """
+import importlib.util, json, sys
+checkout, bench, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+sys.path.insert(0, checkout)
+init = importlib.util.spec_from_file_location("benchmarks", bench + "/__init__.py", submodule_search_locations=[bench])
+module = importlib.util.module_from_spec(init)
+sys.modules["benchmarks"] = module
+init.loader.exec_module(module)
+from benchmarks.load import worker
+print("LOAD_RESULT " + json.dumps(worker(spec)))
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
@@ -51,6 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
     parser.add_argument("--soak-users", type=int, default=24)
     parser.add_argument("--cache-limit", type=int, default=32, help="om.cache_limit in soak mode")
     parser.add_argument("--pg-dsn", default=os.environ.get(PG_ENV, ""))
+    parser.add_argument("--baseline", default=None,
+                        help="another checkout's root, measured beside this one (each in its own subprocess)")
 
 
 @asynccontextmanager
@@ -102,7 +126,9 @@ def figures(result: LoadResult) -> dict[str, Any]:
     }
 
 
-async def _runs(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+async def _runs(args: argparse.Namespace, workdir: Path, *, warm_up: bool = False,
+                stderr: bool = False) -> dict[str, Any]:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     plans: list[tuple[str, str, LoadPlan]] = []
@@ -120,8 +146,13 @@ async def _runs(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     users=users, turns=args.turns, via=args.via, with_om=with_om,
                     observer_latency_s=args.observer_latency, agent_latency_s=args.agent_latency)))
     out: dict[str, dict[str, Any]] = {}
+    if warm_up:  # lazy imports and first-use caches are paid here, not in a measured run
+        for kind in args.stores:
+            async with open_store(kind, args, workdir) as store:
+                if store is not None:
+                    await run_load(store, LoadPlan(users=2, turns=6, via=args.via, observer_latency_s=0.0))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns) as progress:
+    with Progress(*columns, console=Console(stderr=True) if stderr else None) as progress:
         for kind, name, plan in plans:
             total = None if plan.duration_s else plan.users * plan.turns
             bar = progress.add_task(f"{kind} {name} users={plan.users}", total=total)
@@ -135,21 +166,105 @@ async def _runs(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="om-load-") as tmp:
-        results = asyncio.run(_runs(args, Path(tmp)))
-    for per in results.values():  # OM's own CPU per turn: with OM minus the bare agent, same N
+def _om_cpu(results: dict[str, Any]) -> dict[str, Any]:
+    """OM's own CPU per turn: with OM minus the bare agent, same store and N."""
+    for per in results.values():
         for name, data in list(per.items()):
             bare = per.get(f"{name}-bare")
             if isinstance(data, dict) and isinstance(bare, dict):
                 data["om_cpu_per_turn_ms"] = data["cpu_per_turn_ms"] - bare["cpu_per_turn_ms"]
+    return results
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     params = {k: v for k, v in vars(args).items() if k != "pg_dsn"}
-    return {"params": params, "stores": results}
+    if getattr(args, "baseline", None):
+        return _side_by_side(args, params)
+    with tempfile.TemporaryDirectory(prefix="om-load-") as tmp:
+        results = asyncio.run(_runs(args, Path(tmp)))
+    return {"params": params, "stores": _om_cpu(results)}
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """One checkout's runs (inside its subprocess): the spec's flags, a warm-up run first."""
+    import langchain_om
+
+    args = argparse.Namespace(**spec)
+    args.pg_dsn = os.environ.get(PG_ENV, "")
+    with tempfile.TemporaryDirectory(prefix="om-load-") as tmp:
+        results = asyncio.run(_runs(args, Path(tmp), warm_up=True, stderr=True))
+    return {"source": str(Path(langchain_om.__file__).resolve().parent.parent), "stores": _om_cpu(results)}
+
+
+def _subprocess(checkout: str, spec: dict[str, Any], pg_dsn: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env[PG_ENV] = pg_dsn  # through the environment, not argv: a DSN may hold a password
+    done = subprocess.run([sys.executable, "-c", _BOOT, checkout, str(HERE), json.dumps(spec)],
+                          stdout=subprocess.PIPE, text=True, env=env, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith("LOAD_RESULT "):
+            return dict(json.loads(line[len("LOAD_RESULT "):]))
+    raise RuntimeError(f"load worker failed for {checkout} (exit {done.returncode}; its stderr is above)")
+
+
+def _side_by_side(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
+    """Each (store, N) once per checkout, alternately (who goes first swaps each time)."""
+    checkouts = {"before": str(Path(args.baseline).resolve()), "after": str(HERE.parent)}
+    runs: dict[str, dict[str, Any]] = {name: {} for name in checkouts}
+    sources: dict[str, str] = {}
+    turn = 0
+    for kind in args.stores:
+        for users in ([0] if args.soak else args.users):
+            spec = {k: v for k, v in params.items() if k not in ("baseline", "out", "quick")}
+            spec.update(stores=[kind], users=[users] if users else args.users)
+            order = list(checkouts.items()) if turn % 2 == 0 else list(reversed(checkouts.items()))
+            turn += 1
+            for name, root in order:
+                print(f"  load: {kind}, {'soak' if args.soak else f'{users} users'}, {name} ({root})",
+                      file=sys.stderr, flush=True)
+                got = _subprocess(root, spec, args.pg_dsn)
+                sources[name] = got["source"]
+                for store, per in got["stores"].items():
+                    runs[name].setdefault(store, {}).update(per)
+    ratios: dict[str, float | None] = {}
+    target: dict[str, bool] = {}
+    for kind, per in runs["after"].items():
+        for name, data in per.items():
+            before = runs["before"].get(kind, {}).get(name)
+            if not (isinstance(data, dict) and isinstance(before, dict) and "om_cpu_per_turn_ms" in data):
+                continue
+            b, a = before["om_cpu_per_turn_ms"], data["om_cpu_per_turn_ms"]
+            ratios[f"{kind} {name} users: OM cpu/turn after / before"] = a / b if b > 0 else None
+            target[f"{kind} {name} users: OM cpu/turn <= {TARGET:g} x before"] = b > 0 and a <= TARGET * b
+    return {"params": params, "checkouts": checkouts, "sources": sources, "stores": runs["after"],
+            "before": runs["before"], "ratios": ratios, "target": target}
 
 
 def report(payload: dict[str, Any]) -> str:
+    if "before" not in payload:
+        return _table(payload["stores"], "")
+    out = _table(payload["before"], "before: ") + "\n" + _table(payload["stores"], "after: ")
     rows = []
     for kind, per in payload["stores"].items():
+        for name, data in per.items():
+            before = payload["before"].get(kind, {}).get(name)
+            if isinstance(data, dict) and isinstance(before, dict) and "om_cpu_per_turn_ms" in data:
+                ratio = payload["ratios"].get(f"{kind} {name} users: OM cpu/turn after / before")
+                met = payload["target"].get(f"{kind} {name} users: OM cpu/turn <= {TARGET:g} x before")
+                rows.append([kind, name, fmt(before["cpu_per_turn_ms"], 1), fmt(data["cpu_per_turn_ms"], 1),
+                             fmt(before["om_cpu_per_turn_ms"], 1), fmt(data["om_cpu_per_turn_ms"], 1),
+                             fmt(ratio, 2), "met" if met else "MISSED"])
+    out += "\n" + table(f"load: OM's CPU per turn, before -> after (ms; target after <= {TARGET:g} x before)",
+                        ["store", "users", "cpu/turn before", "after", "OM cpu/turn before", "after",
+                         "after / before", "target"], rows)
+    for name, root in payload["checkouts"].items():
+        out += f"\n  {name}: {root} (langchain_om from {payload['sources'].get(name, '?')})"
+    return out
+
+
+def _table(stores: dict[str, Any], title: str) -> str:
+    rows = []
+    for kind, per in stores.items():
         for name, d in per.items():
             if not isinstance(d, dict):
                 rows.append([kind, name, d] + [""] * 12)
@@ -161,7 +276,8 @@ def report(payload: dict[str, Any]) -> str:
                          fmt(d.get("om_cpu_per_turn_ms"), 1),
                          d["integrity"] if isinstance(d["integrity"], str) else f"{len(d['integrity'])} problems",
                          f"{rss['first']:.0f}->{rss['max']:.0f}->{rss['last']:.0f}" if rss else ""])
-    return table("load: one process, N concurrent users (latencies ms; CPU ms per turn, scripted models excluded)",
+    return table(f"{title}load: one process, N concurrent users "
+                 "(latencies ms; CPU ms per turn, scripted models excluded)",
                  ["store", "users", "turns", "turns/s", "p50", "p95", "p99", "max", "lag p99", "lag max",
                   "err/bg", "cpu/turn", "OM cpu/turn", "integrity", "RSS MB"], rows)
 
