@@ -319,9 +319,24 @@ _JSONB_UNSAFE = re.compile(r"\\u0000|\\ud[89a-f]", re.IGNORECASE)
 def to_jsonb_safe(value: Any, field: str) -> Any:
     """A value jsonb accepts; anything it would reject travels base64-wrapped and round-trips exactly."""
     text = dumps(value, field)
-    if _JSONB_UNSAFE.search(text) or _is_wrapped(value):
-        return {_WRAP_KEY: base64.b64encode(text.encode("ascii")).decode("ascii")}
+    if jsonb_unsafe(text) or _is_wrapped(value):
+        return wrap_json_text(text)
     return value
+
+
+def jsonb_unsafe(text: str) -> bool:
+    """Whether jsonb would reject this JSON text (a NUL or a lone surrogate escape)."""
+    return _JSONB_UNSAFE.search(text) is not None
+
+
+def wrap_json_text(text: str) -> dict[str, str]:
+    """``to_jsonb_safe``'s wrapper of JSON text jsonb would reject (``from_jsonb_safe`` unwraps it)."""
+    return {_WRAP_KEY: base64.b64encode(text.encode("ascii")).decode("ascii")}
+
+
+def is_wrapped(value: Any) -> bool:
+    """Whether ``value`` looks like the wrapper itself (so it is wrapped again, to round-trip)."""
+    return _is_wrapped(value)
 
 
 def from_jsonb_safe(value: Any) -> Any:

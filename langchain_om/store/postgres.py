@@ -20,7 +20,6 @@ importable from here.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -50,7 +49,7 @@ from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
 from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .postgres_records import OBSERVED_THROUGH_SQL as OBSERVED_THROUGH_SQL
-from .postgres_schema import INSERT_SEARCH, Cursor, jsonb
+from .postgres_schema import INSERT_SEARCH, Cursor, jsonb, jsonb_text
 from .postgres_schema import MIGRATIONS as MIGRATIONS
 from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG
 from .postgres_search import search_messages
@@ -308,7 +307,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
         body_text = u.record_json(forgotten.model_copy(update={"version": version, "updated_at": now}))
         await cur.execute(
             self._q("UPDATE {s}.records SET version = %s, body = %s, updated_at = %s WHERE key = %s"),
-            (version, jsonb(json.loads(body_text), "record"), now, key),
+            (version, jsonb_text(body_text), now, key),
         )
 
     # ---- messages -----------------------------------------------------------------------

@@ -58,10 +58,14 @@ class PostgresConnection:
         self._queries: dict[str, sql.Composed] = {}
 
     def _q(self, template: str) -> sql.Composed:
-        """A query with ``{s}`` bound to the quoted schema name (cached; templates are constants)."""
+        """A query with ``{s}`` bound to the quoted schema name (cached; templates are constants).
+
+        Kept rendered, as one literal part: a composed query quotes its identifier again at every
+        execute, and a step runs a dozen statements."""
         query = self._queries.get(template)
         if query is None:
-            query = sql.SQL(template).format(s=sql.Identifier(self.schema))
+            rendered = sql.SQL(template).format(s=sql.Identifier(self.schema)).as_string(None)
+            query = sql.Composed([sql.SQL(rendered)])
             self._queries[template] = query
         return query
 

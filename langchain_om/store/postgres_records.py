@@ -8,7 +8,6 @@ docstring for the concurrency rules).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -25,7 +24,7 @@ from .base import (
     utcnow,
 )
 from .postgres_connection import PostgresConnection
-from .postgres_schema import Cursor, jsonb
+from .postgres_schema import Cursor, jsonb, jsonb_text
 from .step_fast_paths import ForkProbe
 
 # The statements a step runs against a thread's history name only columns that lead to a bounded
@@ -161,7 +160,7 @@ class PostgresRecords(PostgresConnection):
         now = utcnow()
         stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
         body_text = u.record_json(stored)
-        body = jsonb(json.loads(body_text), "record")
+        body = jsonb_text(body_text)  # sent as encoded: not parsed back and encoded twice more
         if not marks and expected > 0:
             # the common commit (a chunk staged, a flag set): one compare-and-swap statement on its own
             async with self._one() as cur:

@@ -28,7 +28,21 @@ Query = Callable[[str], sql.Composed]
 
 
 def jsonb(value: Any, field: str) -> Jsonb:
-    return Jsonb(u.to_jsonb_safe(value, field))
+    """``value`` as a jsonb parameter, encoded once (``to_jsonb_safe`` encodes it to check it; psycopg
+    encoding it again cost a second ``json.dumps`` of every message and record written)."""
+    return jsonb_text(u.dumps(value, field), wrapped=u.is_wrapped(value))
+
+
+def jsonb_text(text: str, *, wrapped: bool = False) -> Jsonb:
+    """A jsonb parameter from JSON text made by ``_util.dumps``, sent as it is (base64-wrapped when
+    jsonb would reject it, as ``to_jsonb_safe`` does)."""
+    if wrapped or u.jsonb_unsafe(text):
+        return Jsonb(u.wrap_json_text(text))
+    return Jsonb(text, dumps=_verbatim)
+
+
+def _verbatim(text: str) -> str:
+    return text
 
 
 _SCHEMA_V1 = [
