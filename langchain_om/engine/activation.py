@@ -18,7 +18,7 @@ from ..store.base import ObservationGroup, OMRecord, RecordConflictError, Stored
 from . import planner
 from .core import EngineCore
 from .model_runs import apply_hints
-from .state import StepState
+from .state import StepState, editable
 from .tasks import idle_ttl_ms, ms_between
 from .titles import aapply_title
 
@@ -29,7 +29,7 @@ async def aactivate_chunks(core: EngineCore, step: StepState, record: OMRecord, 
     chunks = sorted(activation.chunks, key=lambda c: c.start_seq)
     if not chunks:
         return record
-    updated = record.model_copy(deep=True)
+    updated = editable(record)
     chosen_ids = {c.id for c in chunks}
     updated.buffered_chunks = [c for c in updated.buffered_chunks if c.id not in chosen_ids]
     for chunk in chunks:

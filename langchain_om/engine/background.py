@@ -21,7 +21,7 @@ from .core import EngineCore
 from .leases import is_free, lease_name, try_lease
 from .model_runs import arun_observer
 from .reflection import abuffer_reflection
-from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState
+from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState, editable
 
 logger = logging.getLogger("langchain_om")
 
@@ -80,16 +80,17 @@ async def abuffer_observation(core: EngineCore, step: StepState, pending: Sequen
             rows = await core.store.aget_messages(step.resource_id, step.thread_id, after_seq=done)
             now = [m for m in rows if m.seq <= upto]
             if now and total_tokens(now) >= max(1, wanted):
-                await _buffer_held(core, step, now)
+                await _buffer_held(core, step, now, record)
 
 
-async def _buffer_held(core: EngineCore, step: StepState, pending: Sequence[StoredMessage]) -> None:
+async def _buffer_held(core: EngineCore, step: StepState, pending: Sequence[StoredMessage], record: OMRecord) -> None:
+    """Observe ``pending`` (cut at a safe point) and stage the result; ``record`` was read under
+    the lease just before (the Observer reads its log and hints)."""
     emit = core.background_emit(step.key)
     cut = safe_cut_before([kind_of_row(m) for m in pending], len(pending))
     chosen = list(pending[:cut])
     if not chosen:
         return
-    record = await core.aload_record(step.resource_id, step.thread_id)
     try:
         result = await arun_observer(core, step, record, {step.thread_id: chosen}, trigger="async-buffer",
                                      buffering=True, emit=emit)
@@ -110,10 +111,15 @@ async def _stage_chunk(core: EngineCore, step: StepState, chosen: Sequence[Store
     """Commit ``result`` as a buffered chunk of ``chosen`` (the caller holds the record's lock).
 
     Retried on a concurrent commit (another worker's step): a chunk lost to a version race was
-    an Observer call paid for nothing."""
-    for _attempt in range(MAX_COMMIT_RETRIES):
-        record = await core.aload_record(step.resource_id, step.thread_id)
+    an Observer call paid for nothing. The first attempt starts from the cached record (this
+    process's steps commit through the cache while the Observer answers): a stale one fails
+    the compare-and-swap and the retry reads the stored one, so no stamp read is paid up front."""
+    for attempt in range(MAX_COMMIT_RETRIES):
+        cached = core.cached_record(step.resource_id, step.thread_id) if attempt == 0 else None
+        record = cached if cached is not None else await core.aload_record(step.resource_id, step.thread_id)
         if chosen[0].seq <= planner.buffered_through(record, step.thread_id):
+            if record is cached:
+                continue  # decided on the stored record only
             return  # overtaken by a synchronous observation or another buffer: discard, never double-observe
         chunk = BufferedChunk(
             thread_id=step.thread_id, start_seq=chosen[0].seq, end_seq=chosen[-1].seq, start_id=chosen[0].id,
@@ -122,7 +128,7 @@ async def _stage_chunk(core: EngineCore, step: StepState, chosen: Sequence[Store
             suggested_response=result.suggested_response, thread_title=result.thread_title,
             extracted=result.extracted, cycle_id=result.cycle_id,
         )
-        updated = record.model_copy(deep=True)
+        updated = editable(record)
         if core.extraction_pipeline is not None:
             # custom values are persisted when buffered (the buffering-end event reports them as
             # stored); only the continuation hints wait for the chunk's activation

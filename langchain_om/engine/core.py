@@ -60,7 +60,7 @@ from ..store.base import (
 from .buffer_handoff import LockLoans
 from .cache_policy import SampledKeys
 from .live_runs import LiveRuns
-from .state import MAX_COMMIT_RETRIES, lru_put
+from .state import MAX_COMMIT_RETRIES, editable, lru_put
 from .tasks import BackgroundTasks
 
 logger = logging.getLogger("langchain_om")
@@ -308,8 +308,8 @@ class EngineCore:
     async def aload_record(self, resource_id: str, thread_id: str) -> OMRecord:
         """The stored record, parsed only when its stamp changed since the last read.
 
-        The returned object is shared with the cache: engine code changes records only on a
-        ``model_copy(deep=True)``, and public methods hand out copies.
+        The returned object is shared with the cache: engine code changes records only on a copy
+        (``state.editable`` or ``model_copy(deep=True)``), and public methods hand out copies.
         """
         record_thread = self.record_thread(thread_id)
         key = record_key(resource_id, record_thread)
@@ -321,6 +321,11 @@ class EngineCore:
                     self._records.move_to_end(key)
                 return cached
         return await self._aread_record(resource_id, record_thread, key)
+
+    def cached_record(self, resource_id: str, thread_id: str) -> OMRecord | None:
+        """The record as this process last read or committed it, without a store read (None when
+        not cached). Possibly stale: only for a compare-and-swap, which reloads on a conflict."""
+        return self._records.get(record_key(resource_id, self.record_thread(thread_id)))
 
     async def arecord_at_stamp(self, resource_id: str, thread_id: str, stamp: RecordStamp | None) -> OMRecord:
         """``aload_record`` for a caller that has just read the record's stamp (with the thread's
@@ -477,7 +482,7 @@ class EngineCore:
         for _attempt in range(MAX_COMMIT_RETRIES):
             if all(record.metadata.get(key) == value for key, value in marks.items()):
                 return record
-            updated = record.model_copy(deep=True)
+            updated = editable(record)
             updated.metadata.update(marks)
             try:
                 return await self.acommit(updated, expected_version=record.version)

@@ -25,7 +25,7 @@ from .core import EngineCore
 from .leases import lease_name, wait_for_lease, wait_until_free
 from .model_runs import apply_hints, arun_observer
 from .resource_scope import aobserve_resource
-from .state import MAX_COMMIT_RETRIES, CycleResult, StepState
+from .state import MAX_COMMIT_RETRIES, CycleResult, StepState, editable
 from .titles import aapply_title
 
 
@@ -129,7 +129,7 @@ def apply_observation(
     human_pinned: StoredMessage | None, source: Literal["observation", "buffered"] = "observation",
 ) -> OMRecord:
     """A copy of ``record`` with ``chosen`` observed as one group (and the cycle's hints)."""
-    updated = record.model_copy(deep=True)
+    updated = editable(record)
     updated.groups.append(ObservationGroup(
         thread_id=thread_id, start_id=chosen[0].id, end_id=chosen[-1].id, text=result.text, tokens=result.tokens,
         generation=record.generation_count, source=source,

@@ -24,7 +24,7 @@ from .buffer_handoff import lease_wait
 from .core import EngineCore
 from .leases import lease_name, try_lease, wait_for_lease
 from .model_runs import Reflected, apply_hints, arun_reflector
-from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState
+from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState, editable
 
 logger = logging.getLogger("langchain_om")
 
@@ -155,7 +155,7 @@ def apply_reflection(core: EngineCore, record: OMRecord, covered: Sequence[str],
     if ids[: len(covered)] != list(covered) or not covered:
         return None
     old = record.groups[: len(covered)]
-    updated = record.model_copy(deep=True)
+    updated = editable(record)
     updated.generation_count += 1
     threads = sorted({g.thread_id for g in old})
     reflected = ObservationGroup(
@@ -201,12 +201,16 @@ async def _buffer_reflection_held(core: EngineCore, step: StepState, record: OMR
             # the buffering-failed event is out; the observations are untouched
             await _hold(core, step, record.observation_tokens, planner.REFLECTION_FAILED)
             return
-        for _attempt in range(MAX_COMMIT_RETRIES):
+        for attempt in range(MAX_COMMIT_RETRIES):
             # retried on a concurrent commit (another worker's step activating or observing): a
             # staged reflection lost to a version race was a Reflector call paid for nothing, and
-            # its log then grew past block_after, where every worker's step waits
-            record = await core.aload_record(step.resource_id, step.thread_id)
+            # its log then grew past block_after, where every worker's step waits. The first
+            # attempt starts from the cached record (a stale one fails the compare-and-swap)
+            cached = core.cached_record(step.resource_id, step.thread_id) if attempt == 0 else None
+            record = cached if cached is not None else await core.aload_record(step.resource_id, step.thread_id)
             staged = _staged(core, record, group_ids, outcome)
+            if staged is None and record is cached:
+                continue  # given up on the stored record only
             if staged is None or await core.commit_quietly(staged, record.version):
                 return
 
@@ -218,7 +222,7 @@ def _staged(core: EngineCore, record: OMRecord, group_ids: list[str], outcome: R
     if ids[: len(group_ids)] != group_ids or record.buffered_reflection is not None:
         return None
     result = outcome.result
-    updated = record.model_copy(deep=True)
+    updated = editable(record)
     extracted = dict(result.extracted)
     if core.extraction_pipeline is not None:
         from ..extensions.extractors import BUILTIN_SLUGS
@@ -250,7 +254,7 @@ async def aactivate_reflection(core: EngineCore, step: StepState, record: OMReco
         hints = pending.extracted
         apply_hints(core, updated, hints.get("current-task"), hints.get("suggested-response"), hints)
     if updated is None:
-        stale = record.model_copy(deep=True)
+        stale = editable(record)
         stale.buffered_reflection = None
         await core.commit_quietly(stale, record.version)
         return await core.aload_record(step.resource_id, step.thread_id)

@@ -3,6 +3,7 @@ result types (``OMContext``, ``OMAborted``) and the small helpers over them."""
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -125,3 +126,15 @@ def lru_put(cache: OrderedDict[_K, _V], key: _K, value: _V, limit: int) -> None:
     cache.move_to_end(key)
     while len(cache) > limit:
         cache.popitem(last=False)
+
+
+def editable(record: OMRecord) -> OMRecord:
+    """A copy of ``record`` a cycle may edit: fresh containers at its top (groups, chunks,
+    watermarks) and a deep copy of ``metadata`` (spend totals and extracted values nest there).
+    The groups, chunks and staged reflection themselves are shared: cycles replace them, never
+    change one in place. A deep copy of a record with a long log cost ~0.5 ms a commit."""
+    return record.model_copy(update={
+        "groups": list(record.groups), "buffered_chunks": list(record.buffered_chunks),
+        "last_observed_seq": dict(record.last_observed_seq), "last_observed_id": dict(record.last_observed_id),
+        "metadata": copy.deepcopy(record.metadata),
+    })
