@@ -43,6 +43,20 @@ OBSERVED_THROUGH_SQL = (
 )
 """Advance the thread's all-observed prefix to its last stored row at or below the mark (a mark
 past the last row must not cover rows appended later)."""
+MARK_THREAD_OBSERVED_SQL = (
+    "WITH prefix AS (SELECT observed_through FROM {s}.threads WHERE thread_id = %(thread)s "
+    "AND resource_id = %(resource)s AND observed_through < %(mark)s), "
+    "marked AS (UPDATE {s}.messages SET observed = TRUE, observed_at = %(now)s WHERE thread_id = %(thread)s "
+    "AND seq > (SELECT observed_through FROM prefix) AND seq <= %(mark)s AND NOT observed "
+    "AND resource_id = %(resource)s) "
+    "UPDATE {s}.threads SET observed_through = GREATEST(observed_through, COALESCE("
+    "(SELECT MAX(seq) FROM {s}.messages WHERE thread_id = %(thread)s AND seq <= %(mark)s), 0)) "
+    "WHERE thread_id = %(thread)s AND resource_id = %(resource)s AND observed_through < %(mark)s"
+)
+"""The three steps above in one statement (one round trip instead of three): read the thread's
+prefix, mark (prefix, mark], advance the prefix. Nothing when the prefix is at the mark already
+or the thread is another resource's. Its statements share one snapshot, taken under the thread's
+append lock, so no row can arrive between the marking and the advance."""
 
 
 _SERVER_EPOCH = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
@@ -208,15 +222,8 @@ class PostgresRecords(PostgresConnection):
         """Mark the thread's rows up to ``seq`` observed, touching only those past its
         ``observed_through`` (every row at or below it is observed already: a flag is never
         cleared and a new row always takes a higher seq). Runs under the thread's append lock."""
-        await cur.execute(
-            self._q("SELECT observed_through FROM {s}.threads WHERE thread_id = %s AND resource_id = %s"),
-            (thread_id, resource_id),
-        )
-        row = await cur.fetchone()
-        if row is None or int(row["observed_through"]) >= seq:
-            return  # another resource's thread (or none): nothing of this resource to mark
-        await cur.execute(self._q(MARK_OBSERVED_SQL), (now, thread_id, int(row["observed_through"]), seq, resource_id))
-        await cur.execute(self._q(OBSERVED_THROUGH_SQL), (thread_id, seq, thread_id, resource_id))
+        await cur.execute(self._q(MARK_THREAD_OBSERVED_SQL),
+                          {"thread": thread_id, "resource": resource_id, "mark": seq, "now": now})
 
     async def adelete_record(self, resource_id: str, thread_id: str | None) -> None:
         resource_id, thread_id = u.check_record_ids(resource_id, thread_id)

@@ -151,7 +151,11 @@ class SQLiteRecords(SQLiteConnection):
                     conn.execute(MARK_OBSERVED_SQL, (u.iso(now), thread_id, seq, record.resource_id))
                 return u.record_from_json(body)
 
-        return await self._run(run)
+        if flush:
+            return await self._run(run)  # a flushed commit waits for the disk: in a worker thread
+        # staging a chunk, setting a flag: two one-row statements in one transaction, inline when
+        # the connection is free (a worker-thread hop cost as much as the commit)
+        return await self._run_inline(run)
 
     async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         """Take (or renew) the lease ``name`` for ``owner`` unless another owner holds an unexpired one.
