@@ -77,7 +77,8 @@ async def abuffer_observation(core: EngineCore, step: StepState, pending: Sequen
             # up to the scheduling step's newest message: a newer one may be a turn still in
             # progress, which the next step could not activate (it would observe it again)
             upto = max((m.seq for m in pending), default=done)
-            rows = await core.store.aget_messages(step.resource_id, step.thread_id, after_seq=done)
+            rows = await core.store.aget_messages(step.resource_id, step.thread_id, after_seq=done,
+                                                  before_seq=upto + 1)  # bounded: a store may read it inline
             now = [m for m in rows if m.seq <= upto]
             if now and total_tokens(now) >= max(1, wanted):
                 await _buffer_held(core, step, now, record)

@@ -20,12 +20,12 @@ import asyncio
 import random
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from ..model_calls.failures import remaining_budget
+from ..store.base import new_id
 
 _POLL_S = (0.02, 0.25)
 _local: dict[str, tuple[str, float]] = {}
@@ -109,7 +109,7 @@ async def wait_for_lease(store: Any, name: str, ttl_s: float,
     Waits at most ``ttl_s`` (a holder that died loses it by then) and never past the turn's
     budget; if it still cannot take it, the block runs without it (the record's compare-and-swap
     still keeps the log right, only the spend may double)."""
-    owner = uuid.uuid4().hex
+    owner = new_id()
     waited = False
     deadline = time.monotonic() + ttl_s + _POLL_S[1]
     acquired = await _try(store, name, owner, ttl_s)
@@ -130,7 +130,7 @@ async def wait_for_lease(store: Any, name: str, ttl_s: float,
 @asynccontextmanager
 async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
     """Hold the lease ``name`` for the block if it is free; yields whether it was taken."""
-    owner = uuid.uuid4().hex
+    owner = new_id()
     acquired = await _try(store, name, owner, ttl_s)
     async with _held(store, name, owner, ttl_s, acquired):
         yield acquired
@@ -143,7 +143,7 @@ async def is_free(store: Any, name: str) -> bool:
     (``alease_free``) does: one round trip, and no write."""
     if hasattr(store, "alease_free"):
         return bool(await store.alease_free(name))
-    owner = uuid.uuid4().hex
+    owner = new_id()
     if not await _try(store, name, owner, 5.0):
         return False
     await _release(store, name, owner)

@@ -85,7 +85,7 @@ class _Run:
     order: asyncio.Lock = field(default_factory=asyncio.Lock)
     queue: list[OMEvent] = field(default_factory=list)
     unconfirmed: list[OMEvent] = field(default_factory=list)
-    drainer: concurrent.futures.Future[None] | None = None
+    drainer: concurrent.futures.Future[None] | asyncio.Future[None] | None = None
     open: bool = True
 
 
@@ -148,7 +148,10 @@ class LiveRuns:
             run.queue.append(event)
             if run.drainer is None:
                 try:
-                    run.drainer = asyncio.run_coroutine_threadsafe(self._drain(run), run.loop)
+                    if _running_loop() is run.loop:  # a cycle on the run's own loop: no cross-thread wake-up
+                        run.drainer = run.loop.create_task(self._drain(run))
+                    else:
+                        run.drainer = asyncio.run_coroutine_threadsafe(self._drain(run), run.loop)
                 except RuntimeError:  # the run's loop closed in between: the run is over
                     run.queue.pop()
                     run.open = False
@@ -226,3 +229,10 @@ class LiveRuns:
         with self._lock:
             run = self._by_key.get(key)
             return run is not None and run.open
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -14,8 +14,8 @@ All values are bound parameters; the schema name is quoted with ``psycopg.sql.Id
 Layout: ``postgres_connection`` (the pool, setup and transactions), ``postgres_schema`` (tables
 and migrations), ``postgres_records`` (records, leases, values) and this module (threads,
 messages, search, vectors: ``PostgresStore``), each a concept of its own; ``DSN_ENV``,
-``MIGRATIONS``, ``SEARCH_CONFIG``, ``MARK_OBSERVED_SQL``, ``OBSERVED_THROUGH_SQL`` and ``MARK_THREAD_OBSERVED_SQL`` are still
-importable from here.
+``MIGRATIONS``, ``SEARCH_CONFIG``, ``MARK_OBSERVED_SQL``, ``OBSERVED_THROUGH_SQL`` and
+``MARK_THREAD_OBSERVED_SQL`` are still importable from here.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ from .thread_summaries import SQLiteThreadListing
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _ID_CHUNK = 500  # ids per IN (...) list: well under SQLite's 32,766 bound variables
+_INLINE_ROWS = 64  # a read bounded to this many rows runs inline (``_run_inline``)
 
 
 def _thread(row: sqlite3.Row) -> ThreadInfo:
@@ -421,7 +422,14 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
             params.append(high)
         query += f" ORDER BY seq {'DESC' if descending else 'ASC'} LIMIT ?"
         params.append(-1 if count is None else count)
-        return await self._run(lambda conn: [_message(row) for row in conn.execute(query, params)])
+
+        def read(conn: sqlite3.Connection) -> list[StoredMessage]:
+            return [_message(row) for row in conn.execute(query, params)]
+
+        # a few rows at most (a background cycle's pending messages, a short page) are read inline
+        # when the connection is free: handing them to a worker thread cost more than reading them
+        bounds = [n for n in (count, None if high is None else high - low - 1) if n is not None]
+        return await (self._run_inline(read) if bounds and min(bounds) <= _INLINE_ROWS else self._run(read))
 
     async def aget_message(self, resource_id: str, message_id: str) -> StoredMessage | None:
         """The earliest message with this id among the resource's threads."""
