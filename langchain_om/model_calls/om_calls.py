@@ -94,13 +94,16 @@ def _safe_block(block: Any) -> Any:
     return block
 
 
-def _bind_settings(model: ChatRunnable, settings: ModelSettings | None, provider_options: Mapping[str, Any]) -> Any:
-    """Bind only the kwargs the model declares, so no provider receives an unknown parameter."""
+def _call_kwargs(model: ChatRunnable, settings: ModelSettings | None,
+                 provider_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a chat model instance is called with: only the kwargs it declares, so no
+    provider receives an unknown parameter. Passed to ``ainvoke`` as ``model.bind(**kwargs)``
+    would, without a binding and its config merge on every call."""
     if not isinstance(model, BaseChatModel):
-        return model
+        return {}
     kwargs = _declared_settings(type(model).model_fields, settings)
     kwargs.update(provider_options)
-    return model.bind(**kwargs) if kwargs else model
+    return kwargs
 
 
 def _call_config(role: str) -> RunnableConfig:
@@ -147,7 +150,7 @@ async def acall_om_model(
         name = describe_model(link.spec) if not callable(link.spec) or _is_model_instance(link.spec) else "model"
         try:
             model = _instantiate(link, settings, options)
-            runnable = model if isinstance(link.spec, str) else _bind_settings(model, settings, options)
+            kwargs = {} if isinstance(link.spec, str) else _call_kwargs(model, settings, options)
             name = describe_model(model)
         except ModelSelectionError:
             raise
@@ -161,7 +164,7 @@ async def acall_om_model(
             attempts += 1
             try:
                 limit = attempt_timeout(timeout_s)
-                reply = await _within(runnable.ainvoke(list(messages), config=config), limit)
+                reply = await _within(model.ainvoke(list(messages), config=config, **kwargs), limit)
             except ModelSelectionError:
                 raise
             except asyncio.CancelledError:
