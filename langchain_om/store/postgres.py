@@ -333,22 +333,21 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         batch = u.check_messages(messages)
         encoded = [(m, jsonb(m.data, "data")) for m in batch]
-        async with self._tx() as cur:
+        if not encoded and born is None:
+            async with self._one() as cur:
+                await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
+                row = await cur.fetchone()
+            if row is not None and row["resource_id"] != resource_id:
+                raise InvalidStoreInput("thread_id", "is not available")
+            return []
+        # the thread's advisory lock with BEGIN, then one read and one write (postgres_append.py)
+        async with self._locked_tx(thread_id) as cur:
             if born is not None:
-                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
                 read = await read_incarnation(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded], born)
                 if read is None:
                     return None  # another incarnation (or none): the caller re-checks
                 seen, last = read
-            elif not encoded:
-                await cur.execute(self._q("SELECT resource_id FROM {s}.threads WHERE thread_id = %s"), (thread_id,))
-                row = await cur.fetchone()
-                if row is not None and row["resource_id"] != resource_id:
-                    raise InvalidStoreInput("thread_id", "is not available")
-                return []
             else:
-                # four statements whatever the batch (postgres_append.py): lock, claim and read, write
-                await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
                 seen, last = await claim_and_read(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded])
             inserted: list[StoredMessage] = []
             rows: list[MessageRow] = []

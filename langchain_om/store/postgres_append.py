@@ -1,11 +1,11 @@
 """Appending messages to a PostgreSQL thread in few round trips.
 
 An agent step appends one or two messages; each statement is a network round trip and costs
-Python CPU in psycopg, so an append runs four statements inside its transaction, whatever it
-stores: the thread's advisory lock (``seq`` numbers are assigned by one transaction at a time),
+Python CPU in psycopg, so an append is four round trips whatever it stores: BEGIN with the
+thread's advisory lock (one simple query; ``seq`` numbers are assigned by one transaction at a time),
 one read that claims the thread and reads its owner, the ids already stored and the last
 ``seq``, and one write that stores the rows, their keyword index rows (plain and CJK) and the
-thread's ``updated_at`` (a statement with data-modifying CTEs). A large batch (a cold step
+thread's ``updated_at`` (a statement with data-modifying CTEs), then COMMIT. A large batch (a cold step
 handing over a long history) writes with ``executemany`` instead, which psycopg pipelines and
 which stays clear of PostgreSQL's limit on parameters per statement.
 """
