@@ -180,10 +180,12 @@ class PostgresRecords(PostgresConnection):
             async with self._one() as cur:
                 await self._swap(cur, key, record.resource_id, expected, body, now)
             return u.record_from_json(body_text)
-        async with self._tx() as cur:
-            for thread_id in sorted(marks):
-                # the thread's append lock, taken before the record's row lock as adelete_thread
-                # does: no append is half done while observed_through moves past its rows
+        # each marked thread's append lock, taken before the record's row lock as adelete_thread
+        # does: no append is half done while observed_through moves past its rows (the first
+        # one with BEGIN, in one round trip)
+        threads = sorted(marks)
+        async with self._locked_tx(threads[0]) if threads else self._tx() as cur:
+            for thread_id in threads[1:]:
                 await cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (thread_id,))
             if expected == 0:
                 await cur.execute(
