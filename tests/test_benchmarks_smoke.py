@@ -339,6 +339,22 @@ def test_load_reports_every_figure_and_a_clean_integrity_check(tmp_path: Path) -
     assert data["rss_mb"] is not None and data["rss_mb"]["max"] > 0
 
 
+def test_load_measures_a_baseline_checkout_side_by_side() -> None:
+    from benchmarks import load
+
+    # this checkout stands in for the baseline too: each runs in its own subprocess, alternately
+    root = str(Path(load.__file__).resolve().parent.parent)
+    payload = load.run(_ns(load, users=[2], stores=["sqlite"], turns=2, observer_latency=0.0, baseline=root))
+    assert payload["checkouts"] == {"before": root, "after": root}
+    assert payload["sources"] == {"before": root, "after": root}
+    for runs in (payload["before"]["sqlite"], payload["stores"]["sqlite"]):
+        assert runs["2"]["turns"] == runs["2-bare"]["turns"] == 4 and runs["2"]["integrity"] == "ok"
+        assert "om_cpu_per_turn_ms" in runs["2"]
+    assert "sqlite 2 users: OM cpu/turn after / before" in payload["ratios"]
+    assert isinstance(payload["target"]["sqlite 2 users: OM cpu/turn <= 0.5 x before"], bool)
+    assert "before -> after" in load.report(payload)
+
+
 def test_workers_runs_one_and_several_processes_on_one_thread() -> None:
     from benchmarks import workers
 
