@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..foundation.fence import neutralise
 
@@ -31,6 +32,7 @@ class ObserverResult:
 
 
 _FENCE_RE = re.compile(r"^\s*```[\w-]*\s*$", re.MULTILINE)
+_TAG_LINE_RE = re.compile(r"</?\s*[\w-]+\s*>")
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 DATE_LINE_RE = re.compile(r"^\s*(?:#+\s*|\*\*)?Date:\s*\S", re.IGNORECASE)
 _BULLET_RE = re.compile(r"^\s*(?:[*\-•]|\d+[.)])\s+\S|^\s*[🔴🟡🟢]")
@@ -44,6 +46,13 @@ _JUNK_PREFIXES = (
 
 
 def _tag_pattern(name: str, all_names: Sequence[str]) -> re.Pattern[str]:
+    return _tag_pattern_of(name, tuple(all_names))
+
+
+@lru_cache(maxsize=256)
+def _tag_pattern_of(name: str, all_names: tuple[str, ...]) -> re.Pattern[str]:
+    """Built once per tag set (every reply is parsed with the same few): escaping and joining the
+    names, then the ``re`` cache lookup, came back on every tag of every reply."""
     others = "|".join(re.escape(n) for n in all_names if n != name)
     stop = rf"(?=<\s*/?\s*(?:{others})\s*>)|" if others else ""
     return re.compile(
@@ -61,10 +70,15 @@ def extract_tags(text: str, names: Sequence[str]) -> tuple[dict[str, str], list[
         if not matches:
             continue
         match = matches[-1]
-        if not re.search(rf"<\s*/\s*{re.escape(name)}\s*>", match.group(0), re.IGNORECASE):
+        if not _closing_pattern(name).search(match.group(0)):
             warnings.append(f"<{name}> was not closed")
         found[name] = match.group(1)
     return found, warnings
+
+
+@lru_cache(maxsize=256)
+def _closing_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"<\s*/\s*{re.escape(name)}\s*>", re.IGNORECASE)
 
 
 def _strip_known_tags(text: str, names: Sequence[str]) -> str:
@@ -83,7 +97,7 @@ def clean_observation_lines(text: str) -> str:
             if kept and kept[-1] != "":
                 kept.append("")
             continue
-        if re.fullmatch(r"</?\s*[\w-]+\s*>", stripped) or _FENCE_RE.fullmatch(stripped):
+        if _TAG_LINE_RE.fullmatch(stripped) or _FENCE_RE.fullmatch(stripped):
             continue
         if _PLACEHOLDER_RE.search(stripped):
             continue
