@@ -10,6 +10,7 @@ are in ``postgres.py``'s docstring.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -172,7 +173,10 @@ class PostgresConnection:
                         await cur.execute(begin)
                         yield cur
                     except BaseException:
-                        await conn.rollback()
+                        # the block's error wins: a connection that cannot roll back now (a
+                        # cancelled statement still running) is reset or dropped by the pool
+                        with contextlib.suppress(psycopg.Error):
+                            await conn.rollback()
                         raise
                     await conn.commit()
         except psycopg.Error as exc:
