@@ -21,6 +21,7 @@ twice, none sent to the Observer twice). ``--soak M`` runs M minutes over more t
 (bare agent, then with OM) once per checkout, each in its own subprocess (that checkout's
 ``langchain_om`` first on ``sys.path``, this directory's harness), alternately, after a small
 warm-up run in the same process; the report puts OM's CPU per turn before and after side by side.
+``--rounds R`` repeats that R times (alternately) and takes the median CPU figures.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
     parser.add_argument("--pg-dsn", default=os.environ.get(PG_ENV, ""))
     parser.add_argument("--baseline", default=None,
                         help="another checkout's root, measured beside this one (each in its own subprocess)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --baseline: runs per checkout and N, alternately; CPU figures are their medians")
 
 
 @asynccontextmanager
@@ -208,24 +212,33 @@ def _subprocess(checkout: str, spec: dict[str, Any], pg_dsn: str) -> dict[str, A
 
 
 def _side_by_side(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
-    """Each (store, N) once per checkout, alternately (who goes first swaps each time)."""
+    """Each (store, N) ``--rounds`` times per checkout, alternately (who goes first swaps each
+    time); a run's CPU figures are the medians of its rounds (a shared machine moves single runs)."""
     checkouts = {"before": str(Path(args.baseline).resolve()), "after": str(HERE.parent)}
     runs: dict[str, dict[str, Any]] = {name: {} for name in checkouts}
     sources: dict[str, str] = {}
     turn = 0
+    rounds = max(1, int(getattr(args, "rounds", 1)))
     for kind in args.stores:
         for users in ([0] if args.soak else args.users):
-            spec = {k: v for k, v in params.items() if k not in ("baseline", "out", "quick")}
+            spec = {k: v for k, v in params.items() if k not in ("baseline", "out", "quick", "rounds")}
             spec.update(stores=[kind], users=[users] if users else args.users)
-            order = list(checkouts.items()) if turn % 2 == 0 else list(reversed(checkouts.items()))
-            turn += 1
-            for name, root in order:
-                print(f"  load: {kind}, {'soak' if args.soak else f'{users} users'}, {name} ({root})",
-                      file=sys.stderr, flush=True)
-                got = _subprocess(root, spec, args.pg_dsn)
-                sources[name] = got["source"]
-                for store, per in got["stores"].items():
-                    runs[name].setdefault(store, {}).update(per)
+            seen: dict[str, dict[str, dict[str, list[Any]]]] = {name: {} for name in checkouts}
+            for round_ in range(rounds):
+                order = list(checkouts.items()) if turn % 2 == 0 else list(reversed(checkouts.items()))
+                turn += 1
+                for name, root in order:
+                    print(f"  load: {kind}, {'soak' if args.soak else f'{users} users'}, round {round_ + 1}/{rounds}, "
+                          f"{name} ({root})", file=sys.stderr, flush=True)
+                    got = _subprocess(root, spec, args.pg_dsn)
+                    sources[name] = got["source"]
+                    for store, per in got["stores"].items():
+                        for run_name, data in per.items():
+                            seen[name].setdefault(store, {}).setdefault(run_name, []).append(data)
+            for name, per_store in seen.items():
+                for store, per_run in per_store.items():
+                    runs[name].setdefault(store, {}).update({run_name: _median_round(rounds_)
+                                                             for run_name, rounds_ in per_run.items()})
     ratios: dict[str, float | None] = {}
     target: dict[str, bool] = {}
     for kind, per in runs["after"].items():
@@ -238,6 +251,20 @@ def _side_by_side(args: argparse.Namespace, params: dict[str, Any]) -> dict[str,
             target[f"{kind} {name} users: OM cpu/turn <= {TARGET:g} x before"] = b > 0 and a <= TARGET * b
     return {"params": params, "checkouts": checkouts, "sources": sources, "stores": runs["after"],
             "before": runs["before"], "ratios": ratios, "target": target}
+
+
+def _median_round(rounds: list[Any]) -> Any:
+    """One run's figures over its rounds: the first round's, with the CPU figures the rounds' medians."""
+    first = rounds[0]
+    if not isinstance(first, dict):
+        return first
+    merged = dict(first)
+    for key in ("cpu_per_turn_ms", "om_cpu_per_turn_ms"):
+        values = [r[key] for r in rounds if isinstance(r, dict) and r.get(key) is not None]
+        if values:
+            merged[key] = statistics.median(values)
+            merged[f"{key}_rounds"] = values
+    return merged
 
 
 def report(payload: dict[str, Any]) -> str:
