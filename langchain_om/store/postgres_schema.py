@@ -222,6 +222,7 @@ MIGRATIONS: dict[int, list[str] | Callable[[Query, Cursor], Awaitable[None]]] = 
     7: _CJK_INDEX_V7,  # empty; PostgresConnection backfills it in batches after the migration commits
     8: _VECTOR_SEGMENTS_V8,
     9: _FINGERPRINT_COLUMN_V9,  # empty; PostgresConnection backfills it in batches after the migration commits
+    10: [],  # nothing: SQLite's keyword-index queue (the number stays in step, see base.SCHEMA_VERSION)
 }
 
 

@@ -59,9 +59,9 @@ from .search import (
     check_vector_items,
     scope_token,
     search_arguments,
-    search_text,
 )
-from .sqlite_cjk import delete_cjk_thread, index_cjk_message, replace_cjk_message, search_scope
+from . import sqlite_keyword_queue as keywords
+from .sqlite_cjk import delete_cjk_thread, search_scope
 from .sqlite_connection import immediate
 from .sqlite_known import SQLiteFieldLookup
 from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
@@ -247,6 +247,7 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                         (f'scope : "{scope_token("t", thread_id)}"',),
                     )
                     delete_cjk_thread(conn, scope_token("t", thread_id))
+                    keywords.forget_thread(conn, thread_id)
                 self._drop_vectors(conn, resource_id, thread_id, None)
                 conn.execute("DELETE FROM messages WHERE thread_id = ? AND resource_id = ?", (thread_id, resource_id))
                 conn.execute(
@@ -270,34 +271,6 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
         conn.execute(
             "UPDATE records SET version = ?, body = ?, updated_at = ? WHERE key = ?", (version, body, u.iso(now), key)
         )
-
-    def _index_message(
-        self, conn: sqlite3.Connection, scope: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str,
-        *, replacing: bool = False,
-    ) -> None:
-        """The keyword index entry of one message, written in the caller's transaction: added with
-        the message, rewritten in place (same rowid, so its recency stays) when it is edited."""
-        if not self._fts:
-            return
-        text = search_text(data, kind)
-        if replacing:
-            row = conn.execute(
-                "SELECT rowid FROM message_search WHERE message_search MATCH ? AND message_id = ? LIMIT 1",
-                (f'scope : "{scope_token("t", thread_id)}"', message_id),
-            ).fetchone()
-            if row is not None:
-                if text:
-                    conn.execute("UPDATE message_search SET body = ? WHERE rowid = ?", (text, row[0]))
-                else:
-                    conn.execute("DELETE FROM message_search WHERE rowid = ?", (row[0],))
-                replace_cjk_message(conn, scope, thread_id, message_id, text)
-                return
-        if text:
-            conn.execute(
-                "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
-                (text, scope, thread_id, message_id),
-            )
-            index_cjk_message(conn, scope, thread_id, message_id, text)
 
     @staticmethod
     def _drop_vectors(conn: sqlite3.Connection, resource_id: str, thread_id: str, ids: Sequence[str] | None) -> None:
@@ -356,7 +329,6 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                     self._insert_thread(conn, resource_id, thread_id, None, None)
                 row = conn.execute("SELECT MAX(seq) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()
                 last = int(row[0] or 0)
-                scope = search_scope(resource_id, thread_id)
                 inserted: list[StoredMessage] = []
                 seen: set[str] = set()
                 for message, data in encoded:
@@ -382,7 +354,6 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                     if not added:
                         continue
                     last += 1
-                    self._index_message(conn, scope, thread_id, message.id, message.data, message.kind)
                     inserted.append(
                         StoredMessage(
                             id=message.id,
@@ -397,6 +368,8 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                     )
                 if inserted:
                     conn.execute("UPDATE threads SET updated_at = ? WHERE thread_id = ?", (u.iso(utcnow()), thread_id))
+                    if self._fts:  # indexed in batches (sqlite_keyword_queue); every search indexes the rest first
+                        keywords.queue(conn, thread_id, [m.id for m in inserted])
                 return inserted
 
         return await self._run_inline(run)
@@ -481,8 +454,9 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                     (text, new.tokens, stored_fingerprint(new.data), thread_id, message_id, resource_id),
                 ).rowcount
                 if changed:
-                    self._index_message(conn, search_scope(resource_id, thread_id), thread_id, message_id, new.data,
-                                        new.kind, replacing=True)
+                    if self._fts:
+                        keywords.reindex_edited(conn, search_scope(resource_id, thread_id), thread_id, message_id,
+                                                new.data, new.kind)
                     self._drop_vectors(conn, resource_id, thread_id, [message_id])
             return bool(changed)
 
@@ -521,7 +495,14 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
             raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")
         if not terms:
             return []
-        return await self._run(lambda conn: search_messages(conn, resource_id, thread_id, terms, count, _message))
+
+        def run(conn: sqlite3.Connection) -> list[SearchHit]:
+            if keywords.has_queued(conn):  # appended but not yet indexed (by any store on this file)
+                with immediate(conn):
+                    keywords.index_queued(conn)
+            return search_messages(conn, resource_id, thread_id, terms, count, _message)
+
+        return await self._run(run)
 
     async def aput_vectors(self, resource_id: str, space: str, items: Sequence[VectorItem]) -> int:
         resource_id = check_resource_id(resource_id)

@@ -18,6 +18,7 @@ from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_k
 from .search import search_text
 from .sqlite_cjk import create_cjk_index, has_cjk_index, search_scope
 from .sqlite_fingerprints import migrate_v9
+from .sqlite_keyword_queue import forget_all, migrate_v10
 
 APPLICATION_ID = int.from_bytes(b"LcOM", "big")
 """``PRAGMA application_id`` of every SQLite file the store writes (SQLite's own way for a file
@@ -233,6 +234,7 @@ MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     7: _migrate_v7,
     8: _migrate_v8,
     9: migrate_v9,  # the fingerprint column, empty; SQLiteConnection backfills it in batches
+    10: migrate_v10,  # the keyword-index queue: appends are indexed in batches (sqlite_keyword_queue)
 }
 
 
@@ -296,8 +298,10 @@ def migrate(conn: sqlite3.Connection, path: str) -> bool:
     if version == SCHEMA_VERSION:
         if fts5_available() and not has_search_index(conn):
             create_search_index(conn)  # migrated by a SQLite without FTS5: index now
+            forget_all(conn)  # every stored message is indexed (or backfilled): none is left queued
         if fts5_available() and not has_cjk_index(conn):
             create_cjk_index(conn)
+            forget_all(conn)
         return fts5_available()
     fts = fts5_available()
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
