@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.foundation.tokens import CACHE_KEY
-from langchain_om.store import postgres_fingerprints, sqlite_fingerprints
+from langchain_om.store import postgres_fingerprints, sqlite_fingerprints, sqlite_keyword_queue
 from langchain_om.store._util import from_jsonb_safe
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.known import FINGERPRINT_PATH, stored_fingerprint
@@ -137,6 +137,8 @@ async def test_sqlite_backfill_runs_in_batches_and_resumes_after_a_kill(
     await _seed(old)
     await old.aclose()
     conn = sqlite3.connect(path)  # the file as version 8 left it
+    sqlite_keyword_queue.index_queued(conn)  # version 8 indexed each message with its append
+    conn.execute("DROP TABLE keyword_pending")
     conn.execute("ALTER TABLE messages DROP COLUMN fingerprint")
     conn.execute("DELETE FROM search_backfill WHERE name = 'fingerprint'")
     conn.execute("UPDATE schema_version SET version = 8")

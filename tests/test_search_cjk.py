@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore, postgres_cjk, sqlite_cjk
+from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore, postgres_cjk, sqlite_cjk, sqlite_keyword_queue
 from langchain_om.store.cjk import cjk_index_tokens, normalise, query_words
 
 R1, R2 = "res-ja", "res-other"
@@ -165,6 +165,8 @@ CJK_COUNT = 8  # messages of R1 and R2 holding CJK text (all but en1)
 
 def _downgrade_sqlite_to_v6(path: Path) -> None:
     conn = sqlite3.connect(path)
+    sqlite_keyword_queue.index_queued(conn)  # a version 6 file indexed each message with its append
+    conn.execute("DROP TABLE keyword_pending")
     conn.execute(f"DROP TABLE {sqlite_cjk.CJK_TABLE}")
     conn.execute("DROP TABLE search_backfill")
     conn.execute("UPDATE schema_version SET version = 6")

@@ -175,6 +175,7 @@ def _downgrade_sqlite_to_v1(path: Path) -> None:
     """Make the file look like one written before the search index existed."""
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE message_search")
+    conn.execute("DROP TABLE keyword_pending")
     conn.execute("DROP TABLE message_vectors")
     conn.execute("DROP TABLE vector_deletions")
     conn.execute("UPDATE schema_version SET version = 1")

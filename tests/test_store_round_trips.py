@@ -36,13 +36,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 # PostgreSQL 35/37 and 33/35; then 9 and 8 calls: the thread check now rides on each append
 # (``SupportsIncarnationAppend``), the step reads the record stamp with the last seq, and a
 # stateless step's fork check reads the newest rows and the held ids in one call; PostgreSQL
-# 13 -> 11 statements: an append sends BEGIN and its advisory lock as one query)
+# 13 -> 11 statements: an append sends BEGIN and its advisory lock as one query; SQLite's keyword
+# index is then written in batches, so a Japanese turn queues its rows like an English one)
 PINNED: dict[tuple[str, bool], tuple[int, int, int]] = {
     ("memory", False): (5, 0, 0),
-    ("sqlite", False): (5, 18, 20),
+    ("sqlite", False): (5, 18, 18),
     ("postgres", False): (5, 11, 11),
     ("memory", True): (5, 0, 0),
-    ("sqlite", True): (5, 17, 19),
+    ("sqlite", True): (5, 17, 17),
     ("postgres", True): (5, 11, 11),
 }
 

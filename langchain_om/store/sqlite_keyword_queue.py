@@ -39,16 +39,21 @@ QUEUE_V10 = (
 
 
 def migrate_v10(conn: sqlite3.Connection) -> None:
+    """The empty queue: a file below version 10 indexed every message with its append (and the
+    migrations before this one rebuild or backfill the index from every stored row)."""
     conn.execute(QUEUE_V10)
+    conn.execute("DELETE FROM keyword_pending")
 
 
 def queue(conn: sqlite3.Connection, thread_id: str, message_ids: Sequence[str]) -> None:
     """Queue freshly appended messages (in the append's transaction) and index the queue once it
     holds ``INDEX_BATCH`` rows."""
-    conn.executemany(
-        "INSERT INTO keyword_pending (thread_id, message_id) VALUES (?, ?)", [(thread_id, m) for m in message_ids]
-    )
-    if int(conn.execute("SELECT COUNT(*) FROM keyword_pending").fetchone()[0]) >= INDEX_BATCH:
+    last = 0
+    for message_id in message_ids:  # one statement a message: a step appends one or two
+        last = int(conn.execute("INSERT INTO keyword_pending (thread_id, message_id) VALUES (?, ?) RETURNING pos",
+                                (thread_id, message_id)).fetchone()[0])
+    # pos is the highest queued + 1 (the emptied queue starts again at 1): at least the queue's length
+    if last >= INDEX_BATCH:
         index_queued(conn)
 
 
