@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore, postgres_cjk, sqlite_cjk, sqlite_keyword_queue
+from langchain_om.store import (
+    NewMessage,
+    OMStore,
+    PostgresStore,
+    SQLiteStore,
+    postgres_cjk,
+    sqlite_cjk,
+    sqlite_keyword_queue,
+)
 from langchain_om.store.cjk import cjk_index_tokens, normalise, query_words
 
 R1, R2 = "res-ja", "res-other"

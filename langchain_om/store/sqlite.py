@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from . import _util as u
+from . import sqlite_keyword_queue as keywords
 from .base import (
     InvalidStoreInput,
     NewMessage,
@@ -60,7 +61,6 @@ from .search import (
     scope_token,
     search_arguments,
 )
-from . import sqlite_keyword_queue as keywords
 from .sqlite_cjk import delete_cjk_thread, search_scope
 from .sqlite_connection import immediate
 from .sqlite_known import SQLiteFieldLookup
