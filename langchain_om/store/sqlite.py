@@ -25,7 +25,8 @@ lost reflection runs again); ``synchronous="full"`` flushes every commit, for
 
 Layout: ``sqlite_connection`` (the connection, lock, threads and checkpoints), ``sqlite_schema``
 (tables and migrations), ``sqlite_records`` (records, leases, values) and this module (threads,
-messages, search, vectors: ``SQLiteStore``), each a concept of its own; ``MIGRATIONS`` and
+messages, search, vectors: ``SQLiteStore``), ``sqlite_keyword_queue`` (appended messages keyword-indexed
+in batches), each a concept of its own; ``MIGRATIONS`` and
 ``MARK_OBSERVED_SQL`` are still importable from here.
 """
 

@@ -11,7 +11,8 @@ what ``store.cjk`` produced.
 Existing files get the table empty in the schema migration, with a ``search_backfill`` row
 recording the highest message rowid at that moment; ``backfill_batch`` then indexes the stored
 messages in rowid order, one committed batch at a time, so a process killed half-way resumes
-where the last batch committed. Messages appended meanwhile are indexed by the append itself.
+where the last batch committed. Messages appended meanwhile go through the keyword queue
+(``sqlite_keyword_queue``), which indexes them in both tables.
 """
 
 from __future__ import annotations
