@@ -21,7 +21,7 @@ SECTIONS = (
     "workers",
     "own_work",
 )
-OPT_IN = ("load", "workers", "own_work")
+OPT_IN = ("workers", "own_work")
 """Sections ``python -m benchmarks`` runs only when named in ``--only`` (minutes each; ``own_work``
 is meant to be run with ``--baseline`` beside another checkout)."""
 

@@ -1,7 +1,8 @@
 """A chat server's load on one process: N concurrent users, each on its own thread (issue 33).
 
-    python -m benchmarks.load                              # N = 1, 10, 50, 200; SQLite and PostgreSQL
-    python -m benchmarks.load --quick                      # N = 1, 10; a few turns (~1 minute)
+    python -m benchmarks.load                              # N = 1, 10, 8 turns each; SQLite and PostgreSQL
+    python -m benchmarks.load --full                       # N = 1, 10, 50, 200, 12 turns each (minutes)
+    python -m benchmarks.load --quick                      # N = 1, 10; a few turns, 0.05 s Observer
     python -m benchmarks.load --users 50 --stores sqlite --observer-latency 0.2
     python -m benchmarks.load --soak 8 --stores postgres   # 8 minutes over 3x cache_limit threads
     python -m benchmarks.load --users 10,50 --observer-latency 0.2 --baseline /work/wt/issuebase
@@ -62,10 +63,13 @@ print("LOAD_RESULT " + json.dumps(worker(spec)))
 
 
 def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
-    parser.add_argument("--users", type=lambda v: [int(x) for x in v.split(",")],
-                        default=[1, 10] if quick else [1, 10, 50, 200], help="comma-separated user counts")
+    # The suite runs the short form (1 and 10 users, 8 turns: the figures README.md quotes, ~20 s);
+    # --full adds 50 and 200 users and 12 turns each.
+    parser.add_argument("--full", action="store_true", help="N = 1, 10, 50, 200 users, 12 turns each")
+    parser.add_argument("--users", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                        help="comma-separated user counts (default 1,10; --full 1,10,50,200)")
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite", "postgres"])
-    parser.add_argument("--turns", type=int, default=4 if quick else 12, help="turns per user")
+    parser.add_argument("--turns", type=int, default=None, help="turns per user (default 8; --full 12; --quick 4)")
     parser.add_argument("--observer-latency", type=float, default=0.05 if quick else 1.0,
                         help="seconds per Observer / Reflector call")
     parser.add_argument("--agent-latency", type=float, default=0.0, help="seconds per agent model call")
@@ -79,6 +83,16 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
                         help="another checkout's root, measured beside this one (each in its own subprocess)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --baseline: runs per checkout and N, alternately; CPU figures are their medians")
+    parser.set_defaults(load_quick=quick)
+
+
+def resolve_sizes(args: argparse.Namespace) -> None:
+    """Fill ``--users`` and ``--turns`` left unset from ``--quick`` / ``--full`` / the short default."""
+    quick, full = getattr(args, "load_quick", False), getattr(args, "full", False)
+    if args.users is None:
+        args.users = [1, 10, 50, 200] if full else [1, 10]
+    if args.turns is None:
+        args.turns = 12 if full else 4 if quick else 8
 
 
 @asynccontextmanager
@@ -181,7 +195,8 @@ def _om_cpu(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    params = {k: v for k, v in vars(args).items() if k != "pg_dsn"}
+    resolve_sizes(args)
+    params = {k: v for k, v in vars(args).items() if k not in ("pg_dsn", "load_quick")}
     if getattr(args, "baseline", None):
         return _side_by_side(args, params)
     with tempfile.TemporaryDirectory(prefix="om-load-") as tmp:

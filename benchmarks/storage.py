@@ -41,13 +41,16 @@ PG_SCRIPT = ROOT / ".ci" / "start_postgres.sh"
 
 
 def _rows(count: int) -> list[NewMessage]:
+    """``count`` rows cycling over a 5,000-message conversation. Each base message is dumped and
+    counted once and its (read-only) data shared by the rows that repeat it: 100k rows of their
+    own dicts were hundreds of MB held by every section that stores them."""
     counter = get_token_counter("auto")
     base = conversation(min(count, 5000), seed=5)
+    dumped = [(dump_message(m), counter.count_message(m), message_timestamp(m) or START) for m in base]
     rows: list[NewMessage] = []
     for index in range(count):
-        message = base[index % len(base)]
-        rows.append(NewMessage(id=f"s{index}", data=dump_message(message), tokens=counter.count_message(message),
-                               created_at=message_timestamp(message) or START))
+        data, tokens, created_at = dumped[index % len(dumped)]
+        rows.append(NewMessage(id=f"s{index}", data=data, tokens=tokens, created_at=created_at))
     return rows
 
 
