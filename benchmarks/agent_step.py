@@ -54,6 +54,11 @@ STRATEGIES = ("om", "om-turn-state", "om-keep-state", *SUMMARY_CONFIGS, "full-hi
 OM_VARIANTS = ("om", "om-turn-state")  # the ones with a bounded state, compared with the rest
 FLOOR = "langgraph-floor"  # no memory, a 2-message history: LangGraph's own cost of a step
 FLOOR_HISTORY = 2
+HEAVY = ("om-keep-state", "summarization-800k", "full-history")
+"""The strategies whose state keeps the whole history: at 10k messages each of their steps costs
+0.6-2 s (checkpointing 10k messages), so they take ``--heavy-steps`` steps there, not 20 (their
+ratios to OM are 15-30x from the 0.1 line; 20 of them were two thirds of the section's time)."""
+HEAVY_FROM = 5_000
 
 
 class ModelClock:
@@ -193,13 +198,20 @@ async def run_case(strategy: str, size: int, saver_kind: str, steps: int, tmp: s
             "state_messages": len(state), "disk_bytes_per_step": written}
 
 
-async def collect(sizes: list[int], steps: int, savers: list[str], strategies: list[str]) -> list[dict[str, Any]]:
+def steps_for(strategy: str, size: int, steps: int, heavy_steps: int) -> int:
+    """``steps``, or ``heavy_steps`` for a strategy of ``HEAVY`` at ``HEAVY_FROM`` messages or more."""
+    return min(steps, heavy_steps) if strategy in HEAVY and size >= HEAVY_FROM else steps
+
+
+async def collect(sizes: list[int], steps: int, savers: list[str], strategies: list[str],
+                  heavy_steps: int | None = None) -> list[dict[str, Any]]:
     plan = [(strategy, size, saver) for saver in savers
             for strategy, size in [(FLOOR, FLOOR_HISTORY), *((s, n) for n in sizes for s in strategies)]]
     out = []
     with tempdir() as tmp:
         for strategy, size, saver in track(plan, lambda case: f"{case[0]} at {case[1]:,} messages, {case[2]} saver"):
-            out.append(await run_case(strategy, size, saver, steps, tmp))
+            n = steps if heavy_steps is None else steps_for(strategy, size, steps, heavy_steps)
+            out.append(await run_case(strategy, size, saver, n, tmp))
     return out
 
 
@@ -242,12 +254,14 @@ def payload_from(cases: list[dict[str, Any]], sizes: list[int], steps: int) -> d
 
 
 def report(payload: dict[str, Any]) -> str:
-    rows = [[c["strategy"], c["saver"], c["history"], c["step_ms"]["mean"], c["step_ms"]["p50"], c["step_ms"]["p95"],
-             c["background_ms"]["mean"] if c["background_ms"] else None, c["cold_ms"], c["state_messages"],
-             c["disk_bytes_per_step"]] for c in payload["cases"]]
+    rows = [[c["strategy"], c["saver"], c["history"], int(c["step_ms"]["n"]), c["step_ms"]["mean"],
+             c["step_ms"]["p50"], c["step_ms"]["p95"], c["background_ms"]["mean"] if c["background_ms"] else None,
+             c["cold_ms"], c["state_messages"], c["disk_bytes_per_step"]] for c in payload["cases"]]
+    heavy = payload["params"].get("heavy_steps")
     out = table(f"Agent step: create_agent + checkpointer, ms per step minus model time, "
-                f"{payload['params']['steps']} steps",
-                ["strategy", "saver", "history", "mean", "p50", "p95", "background", "cold", "state msgs",
+                f"{payload['params']['steps']} steps"
+                + (f" ({heavy} for {', '.join(HEAVY)} at {HEAVY_FROM:,}+ messages)" if heavy else ""),
+                ["strategy", "saver", "history", "n", "mean", "p50", "p95", "background", "cold", "state msgs",
                  "disk B/step"],
                 rows)
     for key, value in payload["ratios"].items():
@@ -270,6 +284,9 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--agent-sizes", dest="agent_sizes", type=lambda v: [int(x) for x in v.split(",")],
                         default=[1000, 10_000])
     parser.add_argument("--agent-steps", dest="agent_steps", type=int, default=3 if quick else 20)
+    parser.add_argument("--heavy-steps", dest="heavy_steps", type=int, default=3 if quick else 8,
+                        help=f"steps of {', '.join(HEAVY)} at {HEAVY_FROM:,}+ messages (--full: --agent-steps)")
+    parser.add_argument("--full", action="store_true", help="every strategy takes --agent-steps steps")
     parser.add_argument("--savers", type=lambda v: v.split(","), default=["sqlite", "memory"])
     parser.add_argument("--strategies", type=lambda v: v.split(","), default=list(STRATEGIES))
 
@@ -278,8 +295,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(args.strategies) - set(STRATEGIES)
     if unknown:
         raise SystemExit(f"--strategies: unknown {sorted(unknown)}; choose from {', '.join(STRATEGIES)}")
-    cases = asyncio.run(collect(args.agent_sizes, args.agent_steps, args.savers, args.strategies))
-    return payload_from(cases, args.agent_sizes, args.agent_steps)
+    heavy = None if getattr(args, "full", False) else getattr(args, "heavy_steps", None)
+    cases = asyncio.run(collect(args.agent_sizes, args.agent_steps, args.savers, args.strategies, heavy))
+    payload = payload_from(cases, args.agent_sizes, args.agent_steps)
+    payload["params"]["heavy_steps"] = heavy
+    return payload
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
