@@ -1,9 +1,9 @@
 """Run the whole benchmark suite in one process and print every table of ratios.
 
-    python -m benchmarks                  # everything, ~7-10 minutes on 2 cores
-    python -m benchmarks --quick          # small sizes and short delays, ~1 minute
+    python -m benchmarks                  # every figure the docs quote (time: benchmarks/README.md)
+    python -m benchmarks --full           # also the big sizes and the long model delays (much longer)
+    python -m benchmarks --quick          # small sizes and short delays, a smoke run
     python -m benchmarks --only buffering,storage --no-pg
-    python -m benchmarks --only load      # opt-in: N concurrent users (see benchmarks/load.py)
     python -m benchmarks --only workers   # opt-in: 1 vs 8 worker processes on one thread
 
 Results: benchmarks/results/<section>.json, summary.json and benchmarks.png.
@@ -120,11 +120,16 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes and short delays (~1 minute)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and short delays (a smoke run)")
+    parser.add_argument("--full", action="store_true",
+                        help="the sections' big sizes too: buffering's 2 s Observer, agent_step's 20 steps for every "
+                             "strategy, load's 50 and 200 users, scale's 1M messages (passed to each section)")
     parser.add_argument("--only", type=lambda v: v.split(","), default=[s for s in SECTIONS if s not in OPT_IN],
                         help=f"comma-separated sections: {','.join(SECTIONS)}")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR, help="directory for the JSON files and the PNG")
     args, extra = parser.parse_known_args(argv)
+    if args.full:
+        extra = ["--full", *extra]
     unknown = set(args.only) - set(SECTIONS)
     if unknown:
         parser.error(f"--only: unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
