@@ -211,11 +211,11 @@ async def cold_and_commit_steps(store: OMStore, state: list[BaseMessage], counte
     try:
         for turn in range(10_000, 10_000 + 4 * commits + 1):
             human, ai = turn_messages(turn)
-            state = [*state, human]  # new ids: what add_messages does, without its untimed O(n) pass
+            state = _append(state, human)
             before = (await observing.aget_record(THREAD)).version
             with Timer() as timer:
                 await observing.aprocess(THREAD, state)
-            state = [*state, ai]
+            state = _append(state, ai)
             if turn > 10_000 and (await observing.aget_record(THREAD)).version > before:
                 stats.commit_ms.append(timer.ms)
             if len(stats.commit_ms) >= commits:
