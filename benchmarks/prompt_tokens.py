@@ -118,11 +118,16 @@ def report(payload: dict[str, Any]) -> str:
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")],
                         default=[1000, 10_000] if quick else [1000, 10_000, 50_000])
-    parser.add_argument("--steps", type=int, default=8 if quick else 50)
+    parser.add_argument("--steps", type=int, default=None, help="steps per case (default 30, as step_cost; --full 50)")
+    parser.add_argument("--full", action="store_true", help="50 steps per case")
+    parser.set_defaults(step_cost_quick=quick)
 
 
 def run(args: argparse.Namespace, stats: list[StepStats] | None = None) -> dict[str, Any]:
     """Report from ``stats`` already collected by step_cost (same run), or collect them now."""
+    from .step_cost import resolve_steps
+
+    resolve_steps(args)
     if stats is None:
         stats = asyncio.run(collect(args.sizes, args.steps))
     return payload_from(stats, args.sizes, args.steps)

@@ -10,7 +10,7 @@ handed the whole state here, like ``remove_observed=False``; summarization shrin
 
 The plain steps cross no OM threshold, so OM's two rarer kinds of step have rows of their own:
 "cold first step" (a fresh ``ObservationalMemory`` on the open store, its caches empty; median
-of ``history.COLD_SAMPLES``) and "commit step" (a step that observes synchronously and commits,
+of up to ``history.COLD_SAMPLES``) and "commit step" (a step that observes synchronously and commits,
 marking messages observed; instant scripted Observer). Verdicts are taken on medians (p50).
 """
 
@@ -203,13 +203,25 @@ def report(payload: dict[str, Any]) -> str:
 def add_arguments(parser: argparse.ArgumentParser, quick: bool = False) -> None:
     parser.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")],
                         default=[1000, 10_000] if quick else [1000, 10_000, 50_000])
-    parser.add_argument("--steps", type=int, default=8 if quick else 50)
+    # 30 plain steps a case (--full: 50): their medians moved by less than the run-to-run spread the
+    # repeats report, and at 50k each step's add_messages pass alone costs ~0.2 s
+    parser.add_argument("--steps", type=int, default=None, help="plain steps per case (default 30; --full 50)")
+    parser.add_argument("--full", action="store_true", help="50 plain steps per case")
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["sqlite", "memory"])
     parser.add_argument("--repeats", type=int, default=2 if quick else 5,
                         help="runs of the compared strategies at the verdicts' size (their spread is reported)")
+    parser.set_defaults(step_cost_quick=quick)
+
+
+def resolve_steps(args: argparse.Namespace) -> int:
+    """``--steps``, or its default: 8 with ``--quick``, 50 with ``--full``, else 30."""
+    if args.steps is None:
+        args.steps = 8 if getattr(args, "step_cost_quick", False) else 50 if getattr(args, "full", False) else 30
+    return int(args.steps)
 
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StepStats]]:
+    resolve_steps(args)
     stats, rounds = asyncio.run(collect(args.sizes, args.steps, args.stores, max(1, args.repeats)))
     return payload_from(stats, args.sizes, args.steps, rounds), stats
 
