@@ -39,7 +39,7 @@ from . import (
     workers,
 )
 from .common import RESULTS_DIR, write_result
-from .progress import measure_section, peak_rss_mib
+from .progress import measure_section, peak_rss_mib, release_memory
 from .results_page import page_path, write_page
 
 
@@ -148,6 +148,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
             continue
         module = modules[name]
         section_args = _args(module, args.quick, extra)
+        release_memory()  # what earlier sections freed goes back to the OS before this one is measured
         print(f"\n=== {name} ===", flush=True)
         with measure_section(name, quick=args.quick) as section:
             if name == "buffering":

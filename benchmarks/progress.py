@@ -55,6 +55,24 @@ def peak_rss_mib() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
+def release_memory() -> float:
+    """Collect garbage and hand freed heap pages back to the OS (glibc's ``malloc_trim``), so a
+    section's peak RSS starts from what the process still holds, not from the high-water mark of
+    the sections before it; returns the RSS after (MiB)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    libc = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
+    if libc:
+        try:
+            ctypes.CDLL(libc).malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+    return rss_mib()
+
+
 def load_average() -> list[float] | None:
     """1, 5 and 15-minute load averages: on a shared machine they say how loaded the run was."""
     try:
