@@ -370,3 +370,74 @@ def test_workers_runs_one_and_several_processes_on_one_thread() -> None:
     assert "Several workers on one thread" in text and "--thresholds tight" in text
     # each verdict names the setting it was measured with
     assert all("message_tokens 600, observation_tokens 1500" in key for key in payload["target"])
+
+
+def test_prompt_meter_reusing_message_objects_gives_the_figures_of_a_fresh_count() -> None:
+    """The meter skips re-serializing objects the previous prompt held; its figures must be the
+    ones a meter that counts everything again gives (here: a fresh meter per prompt pair)."""
+    history = conversation(60)
+    history[3].content = "日本語の質問です 🙂 and English"  # before any measure: objects are not edited later
+    prompts = [history[:40], history[:42], history[2:42], history[:44]]
+    reused = PromptMeter(bench_counter())
+    figures = [reused.measure(p) for p in prompts]
+    for previous, prompt, got in zip([None, *prompts[:-1]], prompts, figures, strict=True):
+        fresh = PromptMeter(bench_counter())
+        if previous is not None:
+            fresh.measure([m.model_copy() for m in previous])  # other objects: nothing to reuse
+        assert fresh.measure([m.model_copy() for m in prompt]) == got
+
+
+def test_the_default_suite_runs_load_short_and_full_runs_it_big() -> None:
+    from benchmarks import OPT_IN, load
+
+    assert "load" not in OPT_IN  # README quotes its figures: one run regenerates them
+    default = _ns(load)
+    default.load_quick = False
+    load.resolve_sizes(default)
+    assert (default.users, default.turns) == ([1, 10], 8)
+    full = _ns(load, full=True, load_quick=False)
+    load.resolve_sizes(full)
+    assert (full.users, full.turns) == ([1, 10, 50, 200], 12)
+    chosen = _ns(load, users=[3], turns=2)
+    load.resolve_sizes(chosen)
+    assert (chosen.users, chosen.turns) == ([3], 2)
+
+
+def test_a_wiring_verdict_whose_rounds_straddle_the_target_says_so() -> None:
+    def case(wiring: str, size: int, round_: int, p50: float) -> dict[str, Any]:
+        return {"wiring": wiring, "history": size, "round": round_, "step_ms": summary([p50]), "cold_ms": 1.0}
+
+    cases = [case("agent+saver", 152, r, 10.0) for r in range(3)]
+    cases += [case("agent+saver", 10_000, r, p50) for r, p50 in enumerate([12.0, 14.0, 13.5])]  # 1.2, 1.4, 1.35
+    cases += [case("agent", 152, r, 10.0) for r in range(3)] + [case("agent", 10_000, r, 11.0) for r in range(3)]
+    payload = wirings.payload_from(cases, [152, 10_000], 1)
+    verdicts = {v["wiring"]: v for v in payload["target"]["verdicts"]}
+    assert verdicts["agent+saver"]["verdict"] == "within spread" and not verdicts["agent+saver"]["met"]
+    assert verdicts["agent+saver"]["ratio"] == pytest.approx(1.35)
+    assert verdicts["agent"]["verdict"] == "met" and len(payload["cases"]) == 4
+    text = wirings.report(payload)
+    assert "median of 3 rounds, min-max 1.20-1.40" in text and "within spread" in text
+
+
+def test_search_embeds_each_distinct_text_once_with_the_vectors_of_a_fresh_embedding(tmp_path: Path) -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from langchain_om.store.search import encode_vector
+    from langchain_om.store.sqlite import SQLiteStore
+
+    rows = storage._rows(40)  # repeats of fewer distinct messages would need 5,000; 40 distinct here
+    rows += [row.model_copy(update={"id": f"again{i}"}) for i, row in enumerate(rows[:10])]
+    embeddings = DeterministicFakeEmbedding(size=8)
+    encoded: dict[str, bytes] = {}
+
+    async def scenario() -> tuple[int, list[bytes], list[bytes]]:
+        store = SQLiteStore(str(tmp_path / "s.db"))
+        try:
+            _, _, count = await search.fill(store, rows, 2, 7, embeddings, encoded=encoded)
+            texts = list(encoded)
+            return count, [encoded[t] for t in texts], [encode_vector(v) for v in embeddings.embed_documents(texts)]
+        finally:
+            await store.aclose()
+
+    count, cached, fresh = asyncio.run(scenario())
+    assert count == 50 and cached == fresh and len(encoded) <= 40
