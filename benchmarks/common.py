@@ -298,6 +298,7 @@ def open_store_url(url: str) -> Any:
 
 def verdicts(payload: dict[str, Any], digits: int = 0) -> str:
     """The closing lines of a report: each ratio (``digits`` decimals; a missing one is left out)
-    and each target, met or MISSED."""
+    and each target, met or MISSED (or the target's own words, e.g. "within spread")."""
     out = "".join(f"\n  {key} = {value:.{digits}f}x" for key, value in payload["ratios"].items() if value is not None)
-    return out + "".join(f"\n  target {key}: {'met' if met else 'MISSED'}" for key, met in payload["target"].items())
+    return out + "".join(f"\n  target {key}: {met if isinstance(met, str) else 'met' if met else 'MISSED'}"
+                         for key, met in payload["target"].items())

@@ -441,3 +441,12 @@ def test_search_embeds_each_distinct_text_once_with_the_vectors_of_a_fresh_embed
 
     count, cached, fresh = asyncio.run(scenario())
     assert count == 50 and cached == fresh and len(encoded) <= 40
+
+
+def test_cache_misses_states_each_rounds_thread_ratio() -> None:
+    payload = cache_misses.run(_ns(cache_misses, cold_sizes=[], threads=[4, 5], cache_limit=4, rounds=2))
+    assert len(payload["threads"]["5"]["round_p50_ms"]) == 2
+    (key,) = [k for k in payload["target"] if "5 threads within" in k]
+    assert "per round" in key and "over 2" in key
+    assert payload["target"][key] in (True, False, "within spread: the rounds straddle the target")
+    assert key in cache_misses.report(payload)
