@@ -116,10 +116,9 @@ async def _stage_chunk(core: EngineCore, step: StepState, chosen: Sequence[Store
     process's steps commit through the cache while the Observer answers): a stale one fails
     the compare-and-swap and the retry reads the stored one, so no stamp read is paid up front."""
     for attempt in range(MAX_COMMIT_RETRIES):
-        cached = core.cached_record(step.resource_id, step.thread_id) if attempt == 0 else None
-        record = cached if cached is not None else await core.aload_record(step.resource_id, step.thread_id)
+        record, cached = await core.arecord_for_attempt(step.resource_id, step.thread_id, attempt)
         if chosen[0].seq <= planner.buffered_through(record, step.thread_id):
-            if record is cached:
+            if cached:
                 continue  # decided on the stored record only
             return  # overtaken by a synchronous observation or another buffer: discard, never double-observe
         chunk = BufferedChunk(

@@ -322,10 +322,17 @@ class EngineCore:
                 return cached
         return await self._aread_record(resource_id, record_thread, key)
 
-    def cached_record(self, resource_id: str, thread_id: str) -> OMRecord | None:
-        """The record as this process last read or committed it, without a store read (None when
-        not cached). Possibly stale: only for a compare-and-swap, which reloads on a conflict."""
-        return self._records.get(record_key(resource_id, self.record_thread(thread_id)))
+    async def arecord_for_attempt(self, resource_id: str, thread_id: str, attempt: int) -> tuple[OMRecord, bool]:
+        """The record attempt ``attempt`` of a compare-and-swap loop starts from, and whether it is
+        the cached one. The first attempt takes the record as this process last read or committed
+        it, without a store read (a stale one fails the swap); a retry, or a thread not cached,
+        reads the stored record. A decision that gives up on a cached record should retry: only
+        the stored one settles it."""
+        if attempt == 0:
+            cached = self._records.get(record_key(resource_id, self.record_thread(thread_id)))
+            if cached is not None:
+                return cached, True
+        return await self.aload_record(resource_id, thread_id), False
 
     async def arecord_at_stamp(self, resource_id: str, thread_id: str, stamp: RecordStamp | None) -> OMRecord:
         """``aload_record`` for a caller that has just read the record's stamp (with the thread's

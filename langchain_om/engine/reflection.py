@@ -206,10 +206,9 @@ async def _buffer_reflection_held(core: EngineCore, step: StepState, record: OMR
             # staged reflection lost to a version race was a Reflector call paid for nothing, and
             # its log then grew past block_after, where every worker's step waits. The first
             # attempt starts from the cached record (a stale one fails the compare-and-swap)
-            cached = core.cached_record(step.resource_id, step.thread_id) if attempt == 0 else None
-            record = cached if cached is not None else await core.aload_record(step.resource_id, step.thread_id)
+            record, cached = await core.arecord_for_attempt(step.resource_id, step.thread_id, attempt)
             staged = _staged(core, record, group_ids, outcome)
-            if staged is None and record is cached:
+            if staged is None and cached:
                 continue  # given up on the stored record only
             if staged is None or await core.commit_quietly(staged, record.version):
                 return
