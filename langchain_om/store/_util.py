@@ -319,7 +319,7 @@ _JSONB_UNSAFE = re.compile(r"\\u0000|\\ud[89a-f]", re.IGNORECASE)
 def to_jsonb_safe(value: Any, field: str) -> Any:
     """A value jsonb accepts; anything it would reject travels base64-wrapped and round-trips exactly."""
     text = dumps(value, field)
-    if jsonb_unsafe(text) or _is_wrapped(value):
+    if jsonb_unsafe(text) or is_wrapped(value):
         return wrap_json_text(text)
     return value
 
@@ -334,16 +334,12 @@ def wrap_json_text(text: str) -> dict[str, str]:
     return {_WRAP_KEY: base64.b64encode(text.encode("ascii")).decode("ascii")}
 
 
-def is_wrapped(value: Any) -> bool:
-    """Whether ``value`` looks like the wrapper itself (so it is wrapped again, to round-trip)."""
-    return _is_wrapped(value)
-
-
 def from_jsonb_safe(value: Any) -> Any:
-    if _is_wrapped(value):
+    if is_wrapped(value):
         return json.loads(base64.b64decode(value[_WRAP_KEY]).decode("ascii"))
     return value
 
 
-def _is_wrapped(value: Any) -> bool:
+def is_wrapped(value: Any) -> bool:
+    """Whether ``value`` looks like the wrapper itself (so it is wrapped again, to round-trip)."""
     return isinstance(value, dict) and len(value) == 1 and _WRAP_KEY in value

@@ -14,8 +14,8 @@ All values are bound parameters; the schema name is quoted with ``psycopg.sql.Id
 Layout: ``postgres_connection`` (the pool, setup and transactions), ``postgres_schema`` (tables
 and migrations), ``postgres_records`` (records, leases, values) and this module (threads,
 messages, search, vectors: ``PostgresStore``), each a concept of its own; ``DSN_ENV``,
-``MIGRATIONS``, ``SEARCH_CONFIG``, ``MARK_OBSERVED_SQL``, ``OBSERVED_THROUGH_SQL`` and
-``MARK_THREAD_OBSERVED_SQL`` are still importable from here.
+``MIGRATIONS``, ``SEARCH_CONFIG``, ``MARK_OBSERVED_SQL`` and ``MARK_THREAD_OBSERVED_SQL`` are
+still importable from here.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
 from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .postgres_records import MARK_THREAD_OBSERVED_SQL as MARK_THREAD_OBSERVED_SQL
-from .postgres_records import OBSERVED_THROUGH_SQL as OBSERVED_THROUGH_SQL
 from .postgres_schema import INSERT_SEARCH, Cursor, jsonb, jsonb_text
 from .postgres_schema import MIGRATIONS as MIGRATIONS
 from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG

@@ -36,13 +36,6 @@ MARK_OBSERVED_SQL = (
     "WHERE thread_id = %s AND seq > %s AND seq <= %s AND NOT observed AND resource_id = %s"
 )
 """Mark a thread's range (observed_through, mark]: the (thread_id, seq) unique key, only the new rows."""
-OBSERVED_THROUGH_SQL = (
-    "UPDATE {s}.threads SET observed_through = GREATEST(observed_through, COALESCE("
-    "(SELECT MAX(seq) FROM {s}.messages WHERE thread_id = %s AND seq <= %s), 0)) "
-    "WHERE thread_id = %s AND resource_id = %s"
-)
-"""Advance the thread's all-observed prefix to its last stored row at or below the mark (a mark
-past the last row must not cover rows appended later)."""
 MARK_THREAD_OBSERVED_SQL = (
     "WITH prefix AS (SELECT observed_through FROM {s}.threads WHERE thread_id = %(thread)s "
     "AND resource_id = %(resource)s AND observed_through < %(mark)s), "
@@ -53,10 +46,12 @@ MARK_THREAD_OBSERVED_SQL = (
     "(SELECT MAX(seq) FROM {s}.messages WHERE thread_id = %(thread)s AND seq <= %(mark)s), 0)) "
     "WHERE thread_id = %(thread)s AND resource_id = %(resource)s AND observed_through < %(mark)s"
 )
-"""The three steps above in one statement (one round trip instead of three): read the thread's
-prefix, mark (prefix, mark], advance the prefix. Nothing when the prefix is at the mark already
-or the thread is another resource's. Its statements share one snapshot, taken under the thread's
-append lock, so no row can arrive between the marking and the advance."""
+"""A commit's marking in one statement (one round trip instead of three): read the thread's
+prefix, mark (prefix, mark] as ``MARK_OBSERVED_SQL`` does, advance the prefix to the last stored
+row at or below the mark (a mark past the last row must not cover rows appended later). Nothing
+when the prefix is at the mark already or the thread is another resource's. Its statements share
+one snapshot, taken under the thread's append lock, so no row can arrive between the marking and
+the advance."""
 
 
 _SERVER_EPOCH = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
