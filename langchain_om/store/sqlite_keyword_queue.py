@@ -38,11 +38,15 @@ QUEUE_V10 = (
 """Migration 10: the queue (``pos`` keeps the append order, so index rowids keep recency)."""
 
 
+INSERT_ENTRY = "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)"
+"""One message's entry in the English index (``body`` is its ``search_text``)."""
+
+
 def migrate_v10(conn: sqlite3.Connection) -> None:
     """The empty queue: a file below version 10 indexed every message with its append (and the
     migrations before this one rebuild or backfill the index from every stored row)."""
     conn.execute(QUEUE_V10)
-    conn.execute("DELETE FROM keyword_pending")
+    forget_all(conn)
 
 
 def queue(conn: sqlite3.Connection, thread_id: str, message_ids: Sequence[str]) -> None:
@@ -72,10 +76,15 @@ def index_queued(conn: sqlite3.Connection) -> None:
     for resource_id, thread_id, message_id, kind, data in rows:
         if text := search_text(json.loads(data), kind):
             entries.append((text, search_scope(resource_id, thread_id), thread_id, message_id))
-    conn.executemany("INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)", entries)
+    _index(conn, entries)
+    conn.execute("DELETE FROM keyword_pending")
+
+
+def _index(conn: sqlite3.Connection, entries: Sequence[tuple[str, str, str, str]]) -> None:
+    """Write messages' entries, ``(text, scope, thread_id, message_id)`` each, in both tables."""
+    conn.executemany(INSERT_ENTRY, entries)
     for text, scope, thread_id, message_id in entries:
         index_cjk_message(conn, scope, thread_id, message_id, text)
-    conn.execute("DELETE FROM keyword_pending")
 
 
 def forget_thread(conn: sqlite3.Connection, thread_id: str) -> None:
@@ -109,8 +118,4 @@ def reindex_edited(
             conn.execute("DELETE FROM message_search WHERE rowid = ?", (row[0],))
         replace_cjk_message(conn, scope, thread_id, message_id, text)
     elif text:  # stored before it had text worth indexing: indexed now, as an append would
-        conn.execute(
-            "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
-            (text, scope, thread_id, message_id),
-        )
-        index_cjk_message(conn, scope, thread_id, message_id, text)
+        _index(conn, [(text, scope, thread_id, message_id)])

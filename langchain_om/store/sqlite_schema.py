@@ -18,7 +18,7 @@ from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_k
 from .search import search_text
 from .sqlite_cjk import create_cjk_index, has_cjk_index, search_scope
 from .sqlite_fingerprints import migrate_v9
-from .sqlite_keyword_queue import forget_all, migrate_v10
+from .sqlite_keyword_queue import INSERT_ENTRY, forget_all, migrate_v10
 
 APPLICATION_ID = int.from_bytes(b"LcOM", "big")
 """``PRAGMA application_id`` of every SQLite file the store writes (SQLite's own way for a file
@@ -162,7 +162,7 @@ def create_search_index(conn: sqlite3.Connection) -> None:
     rows = conn.execute("SELECT resource_id, thread_id, id, kind, data FROM messages")
     while batch := rows.fetchmany(1000):
         conn.executemany(
-            "INSERT INTO message_search (body, scope, thread_id, message_id) VALUES (?, ?, ?, ?)",
+            INSERT_ENTRY,
             [
                 (text, search_scope(row[0], row[1]), row[1], row[2])
                 for row in batch
