@@ -804,7 +804,9 @@ async def test_sqlite_persists_across_reopen(sqlite_path: Path) -> None:
 
 async def test_sqlite_small_reads_never_make_the_event_loop_wait_for_a_busy_connection(sqlite_path: Path) -> None:
     """Stamp and last-seq reads run inline only when the connection is free; while a worker
-    thread holds it they go to a thread, and other coroutines keep running meanwhile."""
+    thread holds it they wait for it without blocking the loop: other coroutines keep running
+    meanwhile (here the holder takes the lock directly, so no release wakes them: they look
+    again on their own)."""
     import threading
 
     store = SQLiteStore(sqlite_path)

@@ -9,7 +9,9 @@ several processes on one file safe: the second writer waits instead of interleav
 Two hot calls of every agent step skip the thread hop (~0.2 ms on two cores) when they
 cannot make the loop wait: one-row reads, and appending a step's messages while no other
 connection holds the write lock (tried with a zero busy timeout; if it is held, the append
-waits in a thread like any call). Under WAL with ``synchronous = NORMAL`` a commit only
+waits in a thread like any call). When a worker thread of this store holds the connection,
+such a call waits for its release on the event loop and then runs inline, rather than
+queueing a thread of its own behind it (``SQLiteConnection._run_inline``). Under WAL with ``synchronous = NORMAL`` a commit only
 writes to the log, without a flush; the flushing part, checkpoints, is taken off the
 commit (``wal_autocheckpoint = 0``) and run in the worker thread every
 ``_CHECKPOINT_AFTER_CHANGES`` changed rows.

@@ -1,0 +1,147 @@
+"""SQLite's short calls wait on the event loop for a worker thread, then run inline (issue 33).
+
+Under concurrency a worker thread often holds the store's connection (a long read, a record
+commit). A step's short call used to hand itself to a thread of its own whenever it found the
+connection taken, so each concurrent step queued a thread behind the first one and nearly every
+call took the dear path. Now it waits for the release on the event loop and runs inline; it
+still goes to a thread when SQLite itself must wait (another connection holds the write lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_om.store.base import NewMessage
+from langchain_om.store.sqlite import SQLiteStore
+
+TEXTS = ["the invoice is due on Friday", "請求書の期限は金曜日です", "emoji 🎉 and NUL \x00 kept"]
+
+
+def _message(i: int) -> NewMessage:
+    text = TEXTS[i % len(TEXTS)] + f" #{i}"
+    return NewMessage(id=f"m{i}", data={"type": "human", "data": {"content": text, "id": f"m{i}"}})
+
+
+class _CountingStore(SQLiteStore):
+    """Counts the calls handed to a worker thread, and can hold the connection in one."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.thread_calls = 0
+
+    async def _run(self, fn: Any) -> Any:
+        self.thread_calls += 1
+        return await super()._run(fn)
+
+    async def hold_connection(self, started: threading.Event, release: threading.Event) -> None:
+        """A worker-thread call that keeps the connection until ``release`` is set."""
+
+        def hold(conn: sqlite3.Connection) -> None:
+            started.set()
+            release.wait(10)
+
+        await super()._run(hold)
+
+
+async def test_calls_queued_behind_a_worker_thread_run_inline_and_store_everything(tmp_path: Path) -> None:
+    store = _CountingStore(tmp_path / "om.db")
+    await store.asetup()
+    try:
+        for user in ("alice", "bob"):
+            await store.aensure_thread(user, f"t-{user}")
+        started, release = threading.Event(), threading.Event()
+        holder = asyncio.create_task(store.hold_connection(started, release))
+        assert await asyncio.to_thread(started.wait, 5)
+        # 30 steps' appends and head reads arrive while the thread holds the connection
+        appends = [
+            asyncio.create_task(store.aappend_messages(user, f"t-{user}", [_message(i)]))
+            for i in range(15) for user in ("alice", "bob")
+        ]
+        heads = [asyncio.create_task(store.aget_thread("alice", "t-alice")) for _ in range(5)]
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in appends + heads), "nothing can run while the thread holds it"
+        before = store.thread_calls
+        release.set()
+        await asyncio.gather(holder, *appends, *heads)
+        assert store.thread_calls == before, "the queued calls ran inline, not in 35 more threads"
+        for user in ("alice", "bob"):
+            stored = await store.aget_messages(user, f"t-{user}")
+            assert [m.id for m in stored] == [f"m{i}" for i in range(15)]  # each once, in order
+            assert stored[1].data["data"]["content"].startswith("請求書")
+    finally:
+        await store.aclose()
+
+
+async def test_a_cancelled_waiter_leaves_the_others_running(tmp_path: Path) -> None:
+    store = _CountingStore(tmp_path / "om.db")
+    await store.asetup()
+    try:
+        await store.aensure_thread("alice", "t1")
+        started, release = threading.Event(), threading.Event()
+        holder = asyncio.create_task(store.hold_connection(started, release))
+        assert await asyncio.to_thread(started.wait, 5)
+        doomed = asyncio.create_task(store.aappend_messages("alice", "t1", [_message(0)]))
+        kept = asyncio.create_task(store.aappend_messages("alice", "t1", [_message(1)]))
+        await asyncio.sleep(0.01)
+        doomed.cancel()
+        release.set()
+        await holder
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        assert [m.id for m in await kept] == ["m1"]
+        assert [m.id for m in await store.aget_messages("alice", "t1")] == ["m1"]
+    finally:
+        await store.aclose()
+
+
+async def test_a_write_lock_held_by_another_connection_still_waits_in_a_thread(tmp_path: Path) -> None:
+    path = tmp_path / "om.db"
+    store = _CountingStore(path)
+    await store.asetup()
+    try:
+        await store.aensure_thread("alice", "t1")
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another process's writer, say
+        append = asyncio.create_task(store.aappend_messages("alice", "t1", [_message(1)]))
+        await asyncio.sleep(0.05)
+        assert not append.done()
+        assert store.thread_calls >= 1, "SQLite's own wait happens in a worker thread, not on the loop"
+        other.execute("COMMIT")
+        other.close()
+        assert [m.id for m in await append] == ["m1"]
+    finally:
+        await store.aclose()
+
+
+def test_calls_from_two_event_loops_in_two_threads_all_land(tmp_path: Path) -> None:
+    """A waiter is woken on its own loop (a sync wrapper runs its own loop in another thread)."""
+    store = SQLiteStore(tmp_path / "om.db")
+    asyncio.run(store.asetup())
+    asyncio.run(store.aensure_thread("alice", "t1"))
+    errors: list[BaseException] = []
+
+    def worker(offset: int) -> None:
+        async def run() -> None:
+            await asyncio.gather(*(
+                store.aappend_messages("alice", "t1", [_message(offset + i)]) for i in range(40)
+            ))
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k * 100,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    stored = asyncio.run(store.aget_messages("alice", "t1"))
+    assert sorted(m.id for m in stored) == sorted(f"m{k * 100 + i}" for k in range(3) for i in range(40))
+    asyncio.run(store.aclose())
