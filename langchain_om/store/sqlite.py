@@ -11,7 +11,8 @@ cannot make the loop wait: one-row reads, and appending a step's messages while 
 connection holds the write lock (tried with a zero busy timeout; if it is held, the append
 waits in a thread like any call). When a worker thread of this store holds the connection,
 such a call waits for its release on the event loop and then runs inline, rather than
-queueing a thread of its own behind it (``SQLiteConnection._run_inline``). Under WAL with ``synchronous = NORMAL`` a commit only
+queueing a thread of its own behind it (``SQLiteConnection._run_inline``).
+Under WAL with ``synchronous = NORMAL`` a commit only
 writes to the log, without a flush; the flushing part, checkpoints, is taken off the
 commit (``wal_autocheckpoint = 0``) and run in the worker thread every
 ``_CHECKPOINT_AFTER_CHANGES`` changed rows.
