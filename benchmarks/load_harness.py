@@ -7,7 +7,8 @@ round-robin over a shared pool in soak mode: more threads than ``om.cache_limit`
 step the same thread at once (a chat server serialises a thread's turns). The Observer, the
 Reflector and the agent's model are scripted and sleep ``*_latency_s`` per call (``asyncio.sleep``),
 as a provider keeps the loop idle while it answers; the CPU they burn parsing prompts is
-measured (``thread_time`` around their reply) so it can be excluded from OM's CPU per turn.
+measured (``thread_time`` around their reply, their bookkeeping for the integrity check and
+their usage figures) so it can be excluded from OM's CPU per turn.
 
 Every human message carries a marker ``[m:<user>:<turn>]`` so the check can tell, after a run,
 that each was stored exactly once, that no message lies in two observation groups, and that no
@@ -26,9 +27,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.outputs import ChatResult
 from pydantic import Field
 
 from langchain_om.engine import ObservationalMemory
@@ -37,20 +39,24 @@ from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
 Via = Literal["middleware", "aprocess"]
+T = TypeVar("T")
 _USER_LINE = re.compile(r"\] User: (\[m:\d+:\d+\])")
 _TOPICS_EN = ["the Lisbon trip", "the quarterly budget", "a Python refactor", "the marathon plan"]
 _TOPICS_JA = ["京都旅行の計画", "来月の予算", "引っ越しの準備", "誕生日の夕食"]
 
 
 class _Timed:
-    """CPU (thread time) a scripted model spends building its reply: not OM's, excluded."""
+    """CPU (thread time) a scripted model spends on a call: building its reply, keeping what
+    the integrity check needs, and the usage figures a provider would compute on its side.
+    None of it is OM's: it is excluded from OM's CPU per turn."""
 
     cpu_s: float = 0.0
 
-    def _timed_reply(self, reply: Callable[[], AIMessage]) -> AIMessage:
+    @staticmethod
+    def _timed(work: Callable[[], T]) -> T:
         started = time.thread_time()
         try:
-            return reply()
+            return work()
         finally:
             _Timed.cpu_s += time.thread_time() - started
 
@@ -64,6 +70,9 @@ class TimedObserver(ScriptedObserverModel, _Timed):
     observer_calls: int = 0
 
     def _record(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> int:
+        return self._timed(lambda: self._keep(messages))
+
+    def _keep(self, messages: list[BaseMessage]) -> int:
         if _is_observer_call(messages):
             self.observer_calls += 1
             self.sends.update(_markers_sent(messages))
@@ -71,7 +80,10 @@ class TimedObserver(ScriptedObserverModel, _Timed):
         return len(self.calls) - 1
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
-        return self._timed_reply(lambda: ScriptedObserverModel._reply(self, messages, index))
+        return self._timed(lambda: ScriptedObserverModel._reply(self, messages, index))
+
+    def _finish(self, messages: list[BaseMessage], reply: AIMessage) -> ChatResult:
+        return self._timed(lambda: ScriptedObserverModel._finish(self, messages, reply))
 
 
 class TimedAgent(ScriptedAgentModel, _Timed):
@@ -82,7 +94,10 @@ class TimedAgent(ScriptedAgentModel, _Timed):
         return len(self.calls) - 1
 
     def _reply(self, messages: list[BaseMessage], index: int) -> AIMessage:
-        return self._timed_reply(lambda: ScriptedAgentModel._reply(self, messages, index))
+        return self._timed(lambda: ScriptedAgentModel._reply(self, messages, index))
+
+    def _finish(self, messages: list[BaseMessage], reply: AIMessage) -> ChatResult:
+        return self._timed(lambda: ScriptedAgentModel._finish(self, messages, reply))
 
 
 @dataclass
