@@ -88,7 +88,7 @@ def _cjk_run(run: str) -> int:
 def _piece_twentieths(text: str) -> int:
     """The summed cost of ``text``'s pieces, in twentieths of a token."""
     total = 0
-    previous = ""
+    previous: str | None = ""
     for match in (_ASCII_PIECE_RE if text.isascii() else _PIECE_RE).finditer(text):
         kind = match.lastgroup
         start, end = match.span()
