@@ -46,6 +46,12 @@ def _plain(record: OMRecord) -> dict[str, Any]:
     except PydanticSerializationError as exc:
         raise InvalidStoreInput("record", f"must be JSON-serialisable ({exc})") from None
 
+TAKE_LEASE_SQL = (  # (name, owner, expires_at, now): one row changed when taken or renewed
+    "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
+    "SET owner = excluded.owner, expires_at = excluded.expires_at "
+    "WHERE leases.expires_at < ? OR leases.owner = excluded.owner"
+)
+
 
 class SQLiteRecords(SQLiteConnection):
     """Records (compare-and-swap), leases and values of a SQLite store."""
@@ -181,12 +187,22 @@ class SQLiteRecords(SQLiteConnection):
         def run(conn: sqlite3.Connection) -> bool:
             now = time.time()
             with immediate(conn):
-                cursor = conn.execute(
-                    "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
-                    "SET owner = excluded.owner, expires_at = excluded.expires_at "
-                    "WHERE leases.expires_at < ? OR leases.owner = excluded.owner",
-                    (name, owner, now + ttl_s, now),
-                )
+                cursor = conn.execute(TAKE_LEASE_SQL, (name, owner, now + ttl_s, now))
+                return cursor.rowcount == 1
+
+        return await self._run_inline(run)
+
+    async def atry_lease_unless(self, name: str, owner: str, ttl_s: float, blocker: str) -> bool:
+        """``atry_lease`` while nobody holds an unexpired ``blocker`` (checked in the same
+        transaction): a buffering cycle takes its lease unless a synchronous observation holds the
+        record's, one round trip where the take and the check were two."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            with immediate(conn):
+                if conn.execute("SELECT 1 FROM leases WHERE name = ? AND expires_at >= ?", (blocker, now)).fetchone():
+                    return False
+                cursor = conn.execute(TAKE_LEASE_SQL, (name, owner, now + ttl_s, now))
                 return cursor.rowcount == 1
 
         return await self._run_inline(run)
