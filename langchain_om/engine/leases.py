@@ -162,7 +162,12 @@ async def is_free(store: Any, name: str) -> bool:
 
 async def wait_until_free(store: Any, name: str, ttl_s: float,
                           waiting: Callable[[], AbstractAsyncContextManager[None]] | None = None) -> None:
-    """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``."""
+    """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``.
+
+    A free lease is seen with one read (``is_free``): taking and giving it back cost two writes
+    and a heartbeat task on every synchronous observation. Only a held one is waited for."""
+    if await is_free(store, name):
+        return
     async with wait_for_lease(store, name, ttl_s, waiting):
         pass
 
