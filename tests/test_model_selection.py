@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from om_fakes import conversation
 from om_recording import RecordingModel, observer_reply
 
 from langchain_om.engine import ObservationalMemory, OMContext
-from langchain_om.model_calls.models import ModelByInputTokens, ModelSelectionError
+from langchain_om.foundation.tokens import CONVERSATION_OVERHEAD, MESSAGE_OVERHEAD, EstimatorCounter
+from langchain_om.model_calls.models import ModelByInputTokens, ModelSelectionError, reads_input_tokens
 from langchain_om.store.base import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 
@@ -234,3 +235,77 @@ async def test_default_model_gets_the_default_output_limit(
     name, kwargs, _ = created_models[0]
     assert name == "google_genai:gemini-2.5-flash"
     assert kwargs["temperature"] == 0.3 and kwargs["max_output_tokens"] == 100_000
+
+
+# ------------------------------------------------------------------ the prompt's count
+
+
+class _SectionSpy(EstimatorCounter):
+    """The estimator, recording the texts counted as prompt sections (only prompts are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[str] = []
+
+    def count_sections(self, text: str, separator: str = "\n\n") -> int:
+        self.prompts.append(text)
+        return super().count_sections(text, separator)
+
+
+def _japanese(turns: int) -> list[list[BaseMessage]]:
+    histories, history = [], []
+    for turn in range(turns):
+        filler = "、".join(f"京都の予定{turn}の{i}番目の詳細です" for i in range(12))
+        history.append(HumanMessage(f"Turn {turn}: 旅行の予算は{turn}000円です。{filler}", id=f"h{turn}"))
+        histories.append(list(history))
+        history.append(AIMessage(f"Answer {turn}: 承知しました。{filler}", id=f"a{turn}"))
+    return histories
+
+
+@pytest.mark.parametrize("language", ["English", "Japanese"])
+async def test_a_plain_models_prompt_is_not_counted(language: str) -> None:
+    """Nothing reads the Observer's or Reflector's prompt count unless it picks the model: with a
+    plain model neither prompt is counted (its transcript is new text on every call)."""
+    model, spy = RecordingModel(fn=reply), _SectionSpy()
+    om = ObservationalMemory(InMemoryStore(), model=model, token_counter=spy,
+                             observation={"message_tokens": 400, "buffer_tokens": False},
+                             reflection={"observation_tokens": 10_000})
+    histories = list(conversation(14)) if language == "English" else _japanese(14)
+    for history in histories:
+        await om.aprocess("t1", history)
+    await om.areflect("t1")
+    assert len(model.calls) >= 2, "the Observer and the Reflector both ran"
+    assert spy.prompts == []
+
+
+@pytest.mark.parametrize("language", ["English", "Japanese"])
+async def test_a_model_chosen_by_size_or_context_gets_the_prompts_count(language: str) -> None:
+    observer_model = RecordingModel(fn=reply)
+    seen: list[dict[str, Any]] = []
+
+    def choose(ctx: dict[str, Any]) -> Any:
+        seen.append(dict(ctx))
+        return observer_model
+
+    spy = _SectionSpy()
+    om = ObservationalMemory(InMemoryStore(), model=[{"model": choose, "max_retries": 0}], token_counter=spy,
+                             observation={"message_tokens": 400, "buffer_tokens": False})
+    histories = list(conversation(14)) if language == "English" else _japanese(14)
+    for history in histories:
+        await om.aprocess("t1", history)
+        if seen:
+            break
+    prompt = observer_model.calls[0]["messages"]
+    expected = CONVERSATION_OVERHEAD + sum(MESSAGE_OVERHEAD + EstimatorCounter().count_sections(str(m.content))
+                                           for m in prompt)
+    assert seen[0]["input_tokens"] == expected and expected > 500
+    assert any("Turn 0" in text for text in spy.prompts)
+
+
+def test_which_model_specs_read_the_prompts_count() -> None:
+    plain = RecordingModel(fn=reply)
+    assert not reads_input_tokens(plain) and not reads_input_tokens("openai:gpt-4o-mini")
+    assert not reads_input_tokens([plain, {"model": "openai:gpt-4o-mini", "max_retries": 1}])
+    assert reads_input_tokens(ModelByInputTokens(up_to={1_000: plain}))
+    assert reads_input_tokens([plain, {"model": ModelByInputTokens(up_to={1_000: plain})}])
+    assert reads_input_tokens(lambda ctx: plain)

@@ -236,6 +236,20 @@ async def test_record_create(store: OMStore) -> None:
     assert await store.aget_record(R1, "t1") == created
 
 
+async def test_a_committed_record_is_what_a_read_returns_and_owns_its_data(store: OMStore) -> None:
+    """The record a commit returns (the engine caches it) equals a later read for any text,
+    Japanese, emoji, NUL and a lone surrogate included, and shares nothing the caller can change."""
+    odd = "京都の予算は5000円 🔴 NUL\x00 lone\ud800 end"
+    mine = record(text=odd, metadata={"om": {"extracted": {"note": odd, "items": [1, "二"]}}})
+    committed = await store.acommit_record(mine, expected_version=0)
+    assert committed == await store.aget_record(R1, "t1")
+    assert committed.groups[0].text == odd and committed.metadata["om"]["extracted"]["items"] == [1, "二"]
+    mine.metadata["om"]["extracted"]["items"].append("changed after the commit")
+    mine.groups[0].text = "changed too"
+    assert committed.metadata["om"]["extracted"]["items"] == [1, "二"] and committed.groups[0].text == odd
+    assert await store.aget_record(R1, "t1") == committed
+
+
 async def test_record_compare_and_swap(store: OMStore) -> None:
     v1 = await store.acommit_record(record(text="v1"), expected_version=0)
     v2 = await store.acommit_record(

@@ -18,7 +18,7 @@ from ..model_calls.spend import add_to_record as add_spend
 from ..store.base import BufferedChunk, OMRecord, StoredMessage, record_key, total_tokens
 from . import planner
 from .core import EngineCore
-from .leases import is_free, lease_name, try_lease
+from .leases import lease_name, try_lease
 from .model_runs import arun_observer
 from .reflection import abuffer_reflection
 from .state import MAX_COMMIT_RETRIES, CycleResult, OMAborted, StepState, editable
@@ -69,9 +69,11 @@ async def abuffer_observation(core: EngineCore, step: StepState, pending: Sequen
     for the next boundary)."""
     ttl = float(core.config.failure_policy.lease_ttl) / 1000.0
     wanted = min(core.config.observation.buffer_interval_tokens(), total_tokens(pending))
-    async with try_lease(core.store, lease_name(step.key, "buffer"), ttl) as held:
-        # a synchronous observation running elsewhere takes these messages: do not pay twice
-        if held and await is_free(core.store, lease_name(step.key, "observe")):
+    # unless a synchronous observation running elsewhere holds the record: it takes these
+    # messages, do not pay twice
+    async with try_lease(core.store, lease_name(step.key, "buffer"), ttl,
+                         unless_held=lease_name(step.key, "observe")) as held:
+        if held:
             record = await core.aload_record(step.resource_id, step.thread_id)
             done = planner.buffered_through(record, step.thread_id)
             # up to the scheduling step's newest message: a newer one may be a turn still in

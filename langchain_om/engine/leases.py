@@ -128,10 +128,20 @@ async def wait_for_lease(store: Any, name: str, ttl_s: float,
 
 
 @asynccontextmanager
-async def try_lease(store: Any, name: str, ttl_s: float) -> AsyncIterator[bool]:
-    """Hold the lease ``name`` for the block if it is free; yields whether it was taken."""
+async def try_lease(store: Any, name: str, ttl_s: float, *, unless_held: str | None = None) -> AsyncIterator[bool]:
+    """Hold the lease ``name`` for the block if it is free; yields whether it was taken.
+
+    ``unless_held``: and only while nobody holds that other lease (a hint, like ``is_free``). A
+    store with ``atry_lease_unless`` checks both in one call; otherwise the lease is taken, the
+    other one read, and the lease given back at once when the other is held."""
     owner = new_id()
-    acquired = await _try(store, name, owner, ttl_s)
+    if unless_held is not None and hasattr(store, "atry_lease_unless"):
+        acquired = bool(await store.atry_lease_unless(name, owner, ttl_s, unless_held))
+    else:
+        acquired = await _try(store, name, owner, ttl_s)
+        if acquired and unless_held is not None and not await is_free(store, unless_held):
+            await _release(store, name, owner)
+            acquired = False
     async with _held(store, name, owner, ttl_s, acquired):
         yield acquired
 
@@ -152,7 +162,12 @@ async def is_free(store: Any, name: str) -> bool:
 
 async def wait_until_free(store: Any, name: str, ttl_s: float,
                           waiting: Callable[[], AbstractAsyncContextManager[None]] | None = None) -> None:
-    """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``."""
+    """Wait (bounded like ``wait_for_lease``) until nobody holds ``name``.
+
+    A free lease is seen with one read (``is_free``): taking and giving it back cost two writes
+    and a heartbeat task on every synchronous observation. Only a held one is waited for."""
+    if await is_free(store, name):
+        return
     async with wait_for_lease(store, name, ttl_s, waiting):
         pass
 

@@ -39,7 +39,7 @@ from ..foundation.tokens import CONVERSATION_OVERHEAD, MESSAGE_OVERHEAD
 from ..model_calls import failure_policy
 from ..model_calls import observer as observer_mod
 from ..model_calls import reflector as reflector_mod
-from ..model_calls.models import ModelSelectionError, OMModelError, model_supports_images
+from ..model_calls.models import ModelSelectionError, OMModelError, model_supports_images, reads_input_tokens
 from ..model_calls.replies import acall_observer, acall_reflector
 from ..store.base import OMRecord, StoredMessage, new_id, total_tokens
 from .core import EngineCore
@@ -174,10 +174,16 @@ def _piece_counter(core: EngineCore) -> Callable[[str], int]:
     return getattr(core.counter, "count_piece", core.counter.count_text)
 
 
-def _prompt_tokens(core: EngineCore, prompt: Sequence[Any]) -> int:
-    """The Observer prompt's tokens from its sections' kept counts: the instructions and the
-    previous log repeat on every call, only the transcript is new (counting the whole prompt
-    again cost ~1 ms a call). A prompt with attachments, or a user's own counter, is counted whole."""
+def _prompt_tokens(core: EngineCore, spec: Any, prompt: Sequence[Any]) -> int:
+    """The prompt's tokens when choosing the model needs them (``ModelByInputTokens``, a dynamic
+    model reading ``input_tokens``), else 0: nothing else reads them, and the transcript is new
+    text to count on every call.
+
+    Counted from the sections' kept counts: the instructions and the previous log repeat on every
+    call, only the transcript is new (counting the whole prompt again cost ~1 ms a call). A prompt
+    with attachments, or a user's own counter, is counted whole."""
+    if not reads_input_tokens(spec):
+        return 0
     count_sections = getattr(core.counter, "count_sections", None)
     if count_sections is None or not all(isinstance(m.content, str) for m in prompt):
         return core.counter.count_messages(prompt)
@@ -229,7 +235,7 @@ async def _call_observer(
         inline_extractors=inline, current_title=current_title,
         previous_task=record.current_task, previous_suggestion=record.suggested_response,
     )
-    input_tokens = _prompt_tokens(core, prompt)
+    input_tokens = _prompt_tokens(core, spec, prompt)
     call, parsed = await acall_observer(  # a looping reply is refused and asked for once more (replies.py)
         spec if spec is not None else "default", prompt, inline_slugs=[spec_.slug for spec_ in inline],
         input_tokens=input_tokens,
@@ -291,7 +297,7 @@ async def arun_reflector(
             source_text, instruction=cfg.reflection.instruction, level=level, target_tokens=target // 2,
             inline_extractors=inline,
         )
-        input_tokens = _prompt_tokens(core, prompt)
+        input_tokens = _prompt_tokens(core, spec, prompt)
         try:
             call, parsed = await acall_reflector(  # a looping reply: asked once more, then OMModelError
                 spec if spec is not None else "default", prompt, inline_slugs=[s.slug for s in inline],

@@ -13,12 +13,15 @@ from functools import lru_cache
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _ASCII_PUNCT = r"!-/:-@\[-`{-~"
 # Mirrors o200k's pre-tokenizer closely enough that each piece has a predictable cost:
-# words split at case changes, digits in groups of three, punctuation runs, newlines.
-_PIECE_RE = re.compile(
-    rf"(?P<cjk>[{_CJK}])"
+# words split at case changes, digits in groups of three, punctuation runs, newlines. A run of
+# CJK characters is one match (each character is its own piece: the run's cost is theirs summed).
+_NON_ASCII_PIECES = (
+    rf"(?P<cjk>[{_CJK}]+)"
     r"|(?P<cjkp>[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20])"
     rf"|(?P<uni>[A-Za-z]*[^\x00-\x7f\W\d_{_CJK}][^\W\d_{_CJK}]*)"
-    r"|(?P<low>[A-Z]?[a-z]+)"
+)
+_ASCII_PIECES = (
+    r"(?P<low>[A-Z]?[a-z]+)"
     r"|(?P<up>[A-Z]+(?![a-z]))"
     r"|(?P<num>\d+)"
     r"|(?P<nl>[ \t]*(?:\r?\n)+)"
@@ -27,6 +30,12 @@ _PIECE_RE = re.compile(
     r"|(?P<sym>[^\w\s])"
     r"|(?P<sp>\s+)"
 )
+_PIECE_RE = re.compile(f"{_NON_ASCII_PIECES}|{_ASCII_PIECES}")
+# The first three kinds need a non-ASCII character: an ASCII text (most English, code, JSON) is
+# walked without trying them at every position (a third faster; the pieces are the same).
+_ASCII_PIECE_RE = re.compile(_ASCII_PIECES)
+_KANA_RE = re.compile("[\u3040-\u30ff]")
+_HANGUL_RE = re.compile("[\uac00-\ud7af]")
 
 # Fitted against o200k_base on prose, Python and JSON (see tests/test_tokens.py).
 _WORD_SINGLE_MAX = 10  # lower-case words up to this length are almost always one token
@@ -41,17 +50,6 @@ _KATAKANA_COST = 0.8
 _HAN_COST = 0.9
 _HANGUL_COST = 0.7
 _CJK_PUNCT_COST = 0.7  # 、。「」（）： often merge into the character before them
-
-
-def _cjk_cost(char: str) -> float:
-    point = ord(char)
-    if point < 0x30A0:
-        return _HIRAGANA_COST
-    if point < 0x3100:
-        return _KATAKANA_COST
-    if 0xAC00 <= point <= 0xD7AF:
-        return _HANGUL_COST
-    return _HAN_COST
 _PUNCT_EXTRA_CHARS = 5.0  # punctuation runs: one token, plus one per 5 more chars
 _PUNCT_ATTACHED = 0.7  # a punctuation run glued to the next word often merges into it
 _NEWLINE_AFTER_PUNCT = 0.5  # "]:\n", "},\n" usually merge the newline into the punctuation
@@ -61,42 +59,75 @@ _SPACE_RUN = 0.5  # indentation runs are one token, single spaces merge into the
 _TWENTIETHS = 20  # every cost above is a whole number of twentieths: sums are exact integers
 
 
-def _piece_total(text: str) -> float:
-    """The summed cost of ``text``'s pieces, in tokens."""
-    total = 0.0
-    previous = ""
-    for match in _PIECE_RE.finditer(text):
-        kind = match.lastgroup or ""
-        size = match.end() - match.start()
+def _twentieths(cost: float) -> int:
+    exact = round(cost * _TWENTIETHS)
+    assert abs(exact - cost * _TWENTIETHS) < 1e-9, cost  # a new fitted cost must keep sums exact
+    return exact
+
+
+# the costs above in twentieths of a token, so a walk adds integers (no float rounding)
+_ONE = _TWENTIETHS
+_KANA, _HAN, _HANGUL = _twentieths(_HIRAGANA_COST), _twentieths(_HAN_COST), _twentieths(_HANGUL_COST)
+assert _twentieths(_KATAKANA_COST) == _KANA  # one count serves both kana
+_CJK_PUNCT, _ATTACHED, _NL_AFTER_PUNCT = (
+    _twentieths(_CJK_PUNCT_COST), _twentieths(_PUNCT_ATTACHED), _twentieths(_NEWLINE_AFTER_PUNCT))
+_SPACES = _twentieths(_SPACE_RUN)
+_PER_WORD_CHAR = _twentieths(1 / _WORD_EXTRA_CHARS)
+_PER_PUNCT_CHAR = _twentieths(1 / _PUNCT_EXTRA_CHARS)
+_PER_UPPER_CHAR = _twentieths(1 / _UPPER_CHARS)
+_PER_UNICODE_CHAR = _twentieths(1 / _UNICODE_CHARS)
+
+
+def _cjk_run(run: str) -> int:
+    """A run of CJK characters, each its own piece, in twentieths."""
+    kana = len(_KANA_RE.findall(run))
+    hangul = len(_HANGUL_RE.findall(run)) if kana < len(run) else 0
+    return _KANA * kana + _HANGUL * hangul + _HAN * (len(run) - kana - hangul)
+
+
+def _piece_twentieths(text: str) -> int:
+    """The summed cost of ``text``'s pieces, in twentieths of a token."""
+    total = 0
+    previous: str | None = ""
+    for match in (_ASCII_PIECE_RE if text.isascii() else _PIECE_RE).finditer(text):
+        kind = match.lastgroup
+        start, end = match.span()
+        size = end - start
         if kind == "low":
-            total += 1.0 if size <= _WORD_SINGLE_MAX else 1.0 + (size - _WORD_SINGLE_MAX) / _WORD_EXTRA_CHARS
+            total += _ONE if size <= _WORD_SINGLE_MAX else _ONE + (size - _WORD_SINGLE_MAX) * _PER_WORD_CHAR
         elif kind == "sp":
-            total += _SPACE_RUN if size > 1 else 0.0
+            if size > 1:
+                total += _SPACES
         elif kind == "punct":
-            total += 1.0 + (size - 1) / _PUNCT_EXTRA_CHARS
-        elif kind == "pa":
-            total += _PUNCT_ATTACHED + (size - 1) / _PUNCT_EXTRA_CHARS
-        elif kind == "nl":
-            total += _NEWLINE_AFTER_PUNCT if previous == "punct" else 1.0
-        elif kind == "num":
-            total += (size + 2) // 3
-        elif kind == "up":
-            total += max(1.0, size / _UPPER_CHARS)
-        elif kind == "uni":
-            total += max(1.0, size / _UNICODE_CHARS)
+            total += _ONE + (size - 1) * _PER_PUNCT_CHAR
         elif kind == "cjk":
-            total += _cjk_cost(match.group())
+            total += _cjk_run(match.group())
+        elif kind == "pa":
+            total += _ATTACHED + (size - 1) * _PER_PUNCT_CHAR
+        elif kind == "nl":
+            total += _NL_AFTER_PUNCT if previous == "punct" else _ONE
+        elif kind == "num":
+            total += _ONE * ((size + 2) // 3)
+        elif kind == "up":
+            total += max(_ONE, size * _PER_UPPER_CHAR)
+        elif kind == "uni":
+            total += max(_ONE, size * _PER_UNICODE_CHAR)
         elif kind == "cjkp":
-            total += _CJK_PUNCT_COST
+            total += _CJK_PUNCT
         else:  # sym: emoji, non-ASCII punctuation, control characters
-            total += 1.0
+            total += _ONE
         previous = kind
     return total
 
 
+def _piece_total(text: str) -> float:
+    """The summed cost of ``text``'s pieces, in tokens."""
+    return _piece_twentieths(text) / _TWENTIETHS
+
+
 def _piece_costs(text: str) -> int:
     """The summed cost of ``text``'s pieces, in twentieths of a token."""
-    return round(_piece_total(text) * _TWENTIETHS)
+    return _piece_twentieths(text)
 
 
 # A text is the sum of its lines (each cut after its run of newlines): a piece never spans such a
@@ -122,7 +153,7 @@ def estimate_tokens(text: str) -> int:
     if not text:
         return 0
     if _ODD_SPACE_RE.search(text) is not None:
-        return max(1, int(_piece_total(text) + 0.5))
+        return max(1, (_piece_twentieths(text) + _TWENTIETHS // 2) // _TWENTIETHS)
     total = sum(_line_costs(line) if len(line) <= _LINE_CACHE_CHARS else _piece_costs(line)
                 for line in _LINE_RE.findall(text) if line)
     return max(1, (total + _TWENTIETHS // 2) // _TWENTIETHS)

@@ -151,7 +151,8 @@ async def acall_om_model(
         try:
             model = _instantiate(link, settings, options)
             kwargs = {} if isinstance(link.spec, str) else _call_kwargs(model, settings, options)
-            name = describe_model(model)
+            if model is not link.spec:  # a model given as an instance is named already
+                name = describe_model(model)
         except ModelSelectionError:
             raise
         except Exception as exc:
