@@ -145,3 +145,36 @@ def test_calls_from_two_event_loops_in_two_threads_all_land(tmp_path: Path) -> N
     stored = asyncio.run(store.aget_messages("alice", "t1"))
     assert sorted(m.id for m in stored) == sorted(f"m{k * 100 + i}" for k in range(3) for i in range(40))
     asyncio.run(store.aclose())
+
+
+async def test_a_due_checkpoint_runs_once_in_a_thread_while_concurrent_steps_stay_inline(tmp_path: Path) -> None:
+    """A due WAL checkpoint is taken to a worker thread by one call; the calls that find it due
+    meanwhile keep running inline instead of each taking a thread (a burst of ~50 per
+    checkpoint under load)."""
+    import os
+
+    store = _CountingStore(tmp_path / "om.db")
+    await store.asetup()
+    try:
+        users = [f"user{k}" for k in range(20)]
+        for user in users:
+            await store.aensure_thread(user, f"t-{user}")
+        store.thread_calls = 0
+        for turn in range(40):  # ~1,600 changed rows: three checkpoints or more
+            await asyncio.gather(*(
+                store.aappend_messages(user, f"t-{user}", [_message(2 * turn), _message(2 * turn + 1)])
+                for user in users
+            ))
+        assert store._conn is not None
+        checkpoints = store._conn.total_changes // 500  # _CHECKPOINT_AFTER_CHANGES
+        assert checkpoints >= 3
+        # one call per checkpoint takes it to a thread (here one was due between gathers)
+        assert store.thread_calls <= checkpoints + 1, (store.thread_calls, checkpoints)
+        wal = await asyncio.to_thread(os.path.getsize, f"{tmp_path / 'om.db'}-wal")
+        assert 0 < wal < 4 * 1024 * 1024, wal  # checkpoints did run
+        for user in (users[0], users[-1]):
+            stored = await store.aget_messages(user, f"t-{user}")
+            assert [m.id for m in stored] == [f"m{i}" for i in range(80)]
+            assert stored[1].data["data"]["content"].startswith("請求書")
+    finally:
+        await store.aclose()
