@@ -173,6 +173,7 @@ PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("  event emission", "langchain_om.engine.core", ("EngineCore.dispatch",)),
     ("state trim (observed_state_ids)", "langchain_om.engine.facade", ("ObservationalMemory.observed_state_ids",)),
     ("turn end (aon_turn_end)", "langchain_om.engine.facade", ("ObservationalMemory.aon_turn_end",)),
+    ("turn end (aon_turn_end)", "langchain_om.integrations.middleware", ("aturn_end",)),  # the middleware's since
 )
 _PART_MS: dict[str, float] = {}
 

@@ -36,7 +36,7 @@ from ..store.base import (
     record_key,
 )
 from ..store.known import FINGERPRINT_PATH, SupportsFieldLookup
-from ..store.step_fast_paths import SupportsIncarnationAppend
+from ..store.step_fast_paths import SupportsHeadAppend, SupportsIncarnationAppend, ThreadHead
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
 
@@ -51,6 +51,9 @@ class StepInputs:
     edited: list[BaseMessage] = field(default_factory=list)
     inserted: list[StoredMessage] = field(default_factory=list)
     caller_list: list[BaseMessage] = field(default_factory=CallerList)
+    head: ThreadHead | None = None
+    """The thread's last seq and the record's stamp as the append committed them
+    (``SupportsHeadAppend``): the step's head read, already done. None: read it."""
 
 
 async def acheck_and_persist(core: EngineCore, resource_id: str, thread_id: str,
@@ -143,7 +146,14 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         rows.append(NewMessage(id=message.id or new_id("msg_"), data=dump_message(message), tokens=tokens,
                                created_at=created))
     rows = await core.before_store(resource_id, thread_id, rows)
-    if born is not None and isinstance(core.store, SupportsIncarnationAppend):
+    head: ThreadHead | None = None
+    if born is not None and isinstance(core.store, SupportsHeadAppend):
+        with_head = await core.store.aappend_with_head(resource_id, thread_id, rows, born,
+                                                       core.record_thread(thread_id))
+        if with_head is None:
+            return None
+        inserted, head = with_head
+    elif born is not None and isinstance(core.store, SupportsIncarnationAppend):
         appended = await core.store.aappend_to_incarnation(resource_id, thread_id, rows, born)
         if appended is None:
             return None
@@ -164,6 +174,9 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     while len(cache) > MESSAGE_CACHE_PER_THREAD:
         cache.popitem(last=False)
     inputs.inserted = inserted
+    # the head stands only when every row was this append's own and nothing else follows it here
+    if head is not None and len(inserted) == len(rows) and not inputs.edited:
+        inputs.head = head
     return inputs
 
 

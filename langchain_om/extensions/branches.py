@@ -41,7 +41,7 @@ from ..store.base import (
     new_id,
     thread_key,
 )
-from ..store.step_fast_paths import SupportsForkProbe
+from ..store.step_fast_paths import SupportsForkProbe, ThreadHead
 
 if TYPE_CHECKING:
     from .host import MemoryHost
@@ -377,15 +377,19 @@ async def _copy_working_memory(om: MemoryHost, resolved: str, branch: str, posit
         await om.store.aput_value(resolved, _WM_NAMESPACE, _wm_key(branch), document)
 
 
-async def aposition(om: MemoryHost, run: BranchRun) -> dict[str, Any]:
+async def aposition(om: MemoryHost, run: BranchRun, head: ThreadHead | None = None) -> dict[str, Any]:
     """The position to write into the checkpointed state after a step on ``run.branch``.
 
     Keeps what a later fork from this checkpoint needs: the record snapshot of this version
     (written once per version) and the working memory document (once per distinct document).
-    A step that changed nothing costs one small read (the branch's last seq) and a cached record check."""
+    A step that changed nothing costs one small read (the branch's last seq) and a cached record
+    check; none with ``head``, the branch's head as the turn's own append just committed it."""
     cache = _cache(om)
     resolved = om.resolve_resource(run.branch, run.resource_id)
-    if isinstance(om.store, SupportsThreadHead):  # one read for both
+    if head is not None:
+        seq, stamp = head
+        record = await om.arecord_at_stamp(resolved, run.branch, stamp)
+    elif isinstance(om.store, SupportsThreadHead):  # one read for both
         seq, stamp = await om.store.aget_thread_head(resolved, run.branch, om.record_thread(run.branch))
         record = await om.arecord_at_stamp(resolved, run.branch, stamp)
     else:
