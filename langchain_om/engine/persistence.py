@@ -8,12 +8,13 @@ thread looks up only the ids the caller passes.
 from __future__ import annotations
 
 import gc
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
 
@@ -86,7 +87,7 @@ async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str, *,
     core.touch_thread(cache_key)  # before any cache of the thread is read or written (cache_policy.py)
     born = core._thread_born.get(cache_key)
     if defer and born is not None and cache_key in core._known_ids \
-            and isinstance(core.store, SupportsIncarnationAppend):
+            and supports(core.store, SupportsIncarnationAppend):
         return born
     # a one-row read first, also on a cache miss: the thread nearly always exists, and creating
     # it is a write transaction (and on SQLite a hop to a worker thread)
@@ -147,14 +148,15 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
                                created_at=created))
     rows = await core.before_store(resource_id, thread_id, rows)
     head: ThreadHead | None = None
-    if born is not None and isinstance(core.store, SupportsHeadAppend):
-        with_head = await core.store.aappend_with_head(resource_id, thread_id, rows, born,
+    if born is not None and supports(core.store, SupportsHeadAppend):
+        with_head = await cast("SupportsHeadAppend", core.store).aappend_with_head(resource_id, thread_id, rows, born,
                                                        core.record_thread(thread_id))
         if with_head is None:
             return None
         inserted, head = with_head
-    elif born is not None and isinstance(core.store, SupportsIncarnationAppend):
-        appended = await core.store.aappend_to_incarnation(resource_id, thread_id, rows, born)
+    elif born is not None and supports(core.store, SupportsIncarnationAppend):
+        appended = await cast("SupportsIncarnationAppend", core.store).aappend_to_incarnation(
+            resource_id, thread_id, rows, born)
         if appended is None:
             return None
         inserted = appended
@@ -178,6 +180,25 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     if head is not None and len(inserted) == len(rows) and not inputs.edited:
         inputs.head = head
     return inputs
+
+
+_SUPPORTS: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
+
+
+def supports(store: Any, protocol: type) -> bool:
+    """``isinstance(store, protocol)`` for the optional fast paths, answered once per store: a
+    runtime protocol's check costs ~5 us, and a step asks several times. (A store is expected to
+    keep the methods it had; one that drops a fast path later keeps being offered it.)"""
+    try:
+        known = _SUPPORTS.get(store)
+        if known is None:
+            known = _SUPPORTS[store] = {}
+    except TypeError:  # a store that cannot be weakly referenced or hashed: ask every time
+        return isinstance(store, protocol)
+    found = known.get(protocol)
+    if found is None:
+        found = known[protocol] = isinstance(store, protocol)
+    return found
 
 
 def note_stored(core: EngineCore, cache_key: str, inserted: Sequence[StoredMessage]) -> None:

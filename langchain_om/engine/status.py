@@ -8,6 +8,7 @@ from ..foundation.events import (
     BufferedObservations,
     BufferedReflectionStatus,
     BufferedWindows,
+    BufferStatus,
     StatusData,
     Windows,
     WindowUsage,
@@ -26,9 +27,9 @@ def status_of(core: EngineCore, record: OMRecord, window: Window, thread_id: str
     chunks = planner.staged_chunks(record, thread_id)
     limits = planner.limits(core.config, record.observation_tokens, tokens)
     key = record.key
-    obs_status = "running" if core._tasks.running(key, "observe") else ("complete" if chunks else "idle")
+    obs_status: BufferStatus = "running" if core._tasks.running(key, "observe") else ("complete" if chunks else "idle")
     pending = record.buffered_reflection
-    ref_status = "running" if core._tasks.running(key, "reflect") else ("complete" if pending else "idle")
+    ref_status: BufferStatus = "running" if core._tasks.running(key, "reflect") else ("complete" if pending else "idle")
     # built with ``model_construct``: every value here is OM's own (ints it counted, ids it checked),
     # so validating eight nested models on every step (~0.1 ms) would check nothing; the fields and
     # the wire shape are the validated ones (tests/test_status_construct.py)

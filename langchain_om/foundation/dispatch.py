@@ -68,7 +68,11 @@ def _has_parent_run(config: RunnableConfig | None) -> bool:
     from the config's callback manager or from an active LangSmith trace, and refuses the
     event otherwise; asking first saves building a callback manager (~50 us) on every step
     taken outside a run."""
-    callbacks = ensure_config(config).get("callbacks")
+    # the config's own callbacks when it has them: what ``ensure_config`` would take (a copy of
+    # them), without copying the whole config
+    callbacks = config.get("callbacks") if config else None
+    if callbacks is None:
+        callbacks = ensure_config(config).get("callbacks")
     if isinstance(callbacks, BaseCallbackManager) and callbacks.parent_run_id is not None:
         return _someone_listens(callbacks)
     try:

@@ -259,7 +259,7 @@ def _extended(reading: Reading | None, tail: list[BaseMessage]) -> Reading | Non
     more = _read(tail)
     if more is None:
         return None
-    for column, added in zip(reading, more):
+    for column, added in zip(reading, more, strict=True):
         column.extend(added)
     return reading
 
