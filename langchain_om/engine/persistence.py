@@ -12,6 +12,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -132,7 +133,9 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
                         caller_list=caller_list)
     if len(fresh) > 1:  # turns another worker may have stored: learn them first (core.acatch_up)
         fresh = await core.acatch_up(resource_id, thread_id, fresh, known, inputs.edited)
+    at_most = _head_at_most(resource_id, thread_id)
     if not fresh:
+        await _acheck_head(core, resource_id, thread_id, at_most)
         if born is not None:  # nothing to append: the incarnation check is a read of its own
             thread = await core.store.aget_thread(resource_id, thread_id)
             if thread is None or thread.created_at != born:
@@ -149,18 +152,22 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     rows = await core.before_store(resource_id, thread_id, rows)
     head: ThreadHead | None = None
     if born is not None and supports(core.store, SupportsHeadAppend):
-        with_head = await cast("SupportsHeadAppend", core.store).aappend_with_head(resource_id, thread_id, rows, born,
-                                                       core.record_thread(thread_id))
+        with_head = await cast("SupportsHeadAppend", core.store).aappend_with_head(
+            resource_id, thread_id, rows, born, core.record_thread(thread_id), at_most)
         if with_head is None:
             return None
         inserted, head = with_head
+        if at_most is not None and not inserted and head[0] > at_most:
+            raise HeadMovedOn  # the append found the head past it and wrote nothing
     elif born is not None and supports(core.store, SupportsIncarnationAppend):
+        await _acheck_head(core, resource_id, thread_id, at_most)
         appended = await cast("SupportsIncarnationAppend", core.store).aappend_to_incarnation(
             resource_id, thread_id, rows, born)
         if appended is None:
             return None
         inserted = appended
     else:
+        await _acheck_head(core, resource_id, thread_id, at_most)
         inserted = await core.store.aappend_messages(resource_id, thread_id, rows)
     _extend_window(core, cache_key, inserted)
     note_stored(core, cache_key, inserted)
@@ -180,6 +187,29 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     if head is not None and len(inserted) == len(rows) and not inputs.edited:
         inputs.head = head
     return inputs
+
+
+HEAD_AT_MOST: ContextVar[tuple[str, str, int] | None] = ContextVar("langchain_om_head_at_most", default=None)
+"""``(resource, thread, seq)``: the integrations' deferred fork check (``extensions/branches.py``). A
+checkpoint's step continues its branch when the branch's last seq is at most the position's; the
+step's append checks that in its own transaction instead of a read of its own before the step.
+When it does not hold, ``apersist`` writes nothing and raises ``HeadMovedOn``: the integration
+then runs the full check (and forks when the caller runs from the past) and the step again."""
+
+
+class HeadMovedOn(Exception):
+    """The thread holds rows past the checkpoint's position (``HEAD_AT_MOST``); nothing was stored."""
+
+
+def _head_at_most(resource_id: str, thread_id: str) -> int | None:
+    expected = HEAD_AT_MOST.get()
+    return expected[2] if expected is not None and expected[:2] == (resource_id, thread_id) else None
+
+
+async def _acheck_head(core: EngineCore, resource_id: str, thread_id: str, at_most: int | None) -> None:
+    """The deferred fork check as a read of its own, before a write that cannot check it."""
+    if at_most is not None and await core.store.alast_seq(resource_id, thread_id) > at_most:
+        raise HeadMovedOn
 
 
 _SUPPORTS: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()

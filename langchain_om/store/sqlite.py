@@ -322,15 +322,16 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
 
     async def aappend_with_head(
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
-        record_thread: str | None,
+        record_thread: str | None, at_most: int | None = None,
     ) -> tuple[list[StoredMessage], ThreadHead] | None:
         """``SupportsHeadAppend``: the record's stamp is read with the incarnation and last seq."""
         _, record_thread = u.check_record_ids(resource_id, record_thread)
-        return await self._append(resource_id, thread_id, messages, born, record_key(resource_id, record_thread))
+        return await self._append(resource_id, thread_id, messages, born, record_key(resource_id, record_thread),
+                                  u.check_optional_count(at_most, "at_most"))
 
     async def _append(
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None,
-        stamp_of: str | None = None,
+        stamp_of: str | None = None, at_most: int | None = None,
     ) -> tuple[list[StoredMessage], ThreadHead] | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         encoded = u.check_messages_json(messages)
@@ -348,8 +349,8 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                     raise InvalidStoreInput("thread_id", "is not available")
                 stamp = (int(found[3]), u.from_iso(found[4])) if stamp_of is not None and found[3] is not None \
                     else None
-                if not encoded:
-                    return [], (int(found[2] or 0), stamp)
+                if not encoded or (at_most is not None and int(found[2] or 0) > at_most):
+                    return [], (int(found[2] or 0), stamp)  # nothing to write, or the head moved on: nothing written
                 if owner is None:
                     self._insert_thread(conn, resource_id, thread_id, None, None)
                 last = int(found[2] or 0)

@@ -46,10 +46,12 @@ class SupportsHeadAppend(Protocol):
 
     async def aappend_with_head(
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
-        record_thread: str | None,
+        record_thread: str | None, at_most: int | None = None,
     ) -> tuple[list[StoredMessage], ThreadHead] | None:
         """``aappend_to_incarnation``, with ``aget_thread_head(resource_id, thread_id, record_thread)``
-        as of the append's commit; None, with nothing written, on another incarnation."""
+        as of the append's commit; None, with nothing written, on another incarnation. ``at_most``:
+        when the thread's last seq is above it, nothing is written and the head says so (a step's
+        deferred fork check, ``extensions/branches.py``)."""
 
 
 ForkProbe = tuple[list[tuple[int, str, str]], list[tuple[str, int, str]]]
