@@ -130,7 +130,6 @@ async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMes
     inputs = await acheck_and_persist(core, resource, thread_id, messages, core._clock())
     key = record_key(resource, core.record_thread(thread_id))
     core.touch_record(key)
-    step = StepState(resource, thread_id, key, core._clock(), [], None, config)
     idle_buffering = core.config.buffering_enabled and core.config.observation.buffer_on_idle
     release_copies(inputs.caller_list)  # the turn is over (see there)
     # instructions may commit the record and edits append rows: the append's head is then stale
@@ -138,6 +137,7 @@ async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMes
     if not (idle_buffering or inputs.instructions or inputs.edited):
         settled(core, resource, thread_id, inputs)
         return head
+    step = StepState(resource, thread_id, key, core._clock(), [], None, config)
     async with core.locked(key):
         record = await core.aload_record(resource, thread_id)
         record = await asettle(core, step, record, inputs)
