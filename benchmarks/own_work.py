@@ -163,7 +163,7 @@ PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("    edit detection (sort_inputs)", "langchain_om.engine.persistence", ("sort_inputs",)),
     ("    token count", "langchain_om.foundation.tokens", ("TokenCounter.count_message",)),
     ("    store append (+ search index)", "langchain_om.store.sqlite",
-     ("SQLiteStore.aappend_messages", "SQLiteStore.aappend_to_incarnation")),
+     ("SQLiteStore.aappend_messages", "SQLiteStore.aappend_to_incarnation", "SQLiteStore.aappend_with_head")),
     ("  record load", "langchain_om.engine.core", ("EngineCore.aload_record",)),
     ("  window", "langchain_om.engine.core", ("EngineCore.awindow",)),
     ("  phases (planner)", "langchain_om.engine.step", ("arun_phases",)),
@@ -173,6 +173,7 @@ PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("  event emission", "langchain_om.engine.core", ("EngineCore.dispatch",)),
     ("state trim (observed_state_ids)", "langchain_om.engine.facade", ("ObservationalMemory.observed_state_ids",)),
     ("turn end (aon_turn_end)", "langchain_om.engine.facade", ("ObservationalMemory.aon_turn_end",)),
+    ("turn end (aon_turn_end)", "langchain_om.integrations.middleware", ("aturn_end",)),  # the middleware's since
 )
 _PART_MS: dict[str, float] = {}
 

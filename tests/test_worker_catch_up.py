@@ -53,7 +53,8 @@ class Spy:
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> Spy:
-        for name in ("aappend_messages", "aappend_to_incarnation", "aget_messages_by_ids", "aget_messages"):
+        for name in ("aappend_messages", "aappend_to_incarnation", "aappend_with_head", "aget_messages_by_ids",
+                     "aget_messages"):
             method = getattr(self.store, name, None)
             if method is None:
                 continue

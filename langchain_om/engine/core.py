@@ -29,9 +29,8 @@ from typing import Any, Literal, TypeVar
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from ..extensions.branches import branch_root
 from ..foundation._loop import LoopThread
-from ..foundation.config import OMConfig, OMConfigError
+from ..foundation.config import OMConfig
 from ..foundation.events import OMEvent, WaitData, WaitEvent, iso_now
 from ..foundation.hooks import ObserveHooks
 from ..foundation.inputs import KnownMessage, known_from_rows, message_fingerprint
@@ -50,9 +49,6 @@ from ..store.base import (
     StoredMessage,
     SupportsLoopBinding,
     SupportsRecordStamp,
-    check_id,
-    check_thread_id,
-    implicit_resource,
     new_id,
     record_key,
     utcnow,
@@ -60,6 +56,7 @@ from ..store.base import (
 from .buffer_handoff import LockLoans
 from .cache_policy import SampledKeys
 from .live_runs import LiveRuns
+from .resource_ids import resolve as resolve_resource_ids
 from .state import MAX_COMMIT_RETRIES, editable, lru_put
 from .tasks import BackgroundTasks
 
@@ -191,17 +188,7 @@ class EngineCore:
 
     def resolve_resource(self, thread_id: str, resource_id: str | None) -> str:
         """The resource a thread's memory lives under: the caller's, else the thread's private one."""
-        check_thread_id(thread_id)
-        if resource_id is None:
-            root = branch_root(thread_id)
-            if root != thread_id:  # a branch of a thread (see branches.py) lives under that thread's resource
-                return self.resolve_resource(root, None)
-            if self.config.scope == "resource":
-                raise OMConfigError("resource_id", "is required when scope='resource'")
-            return implicit_resource(thread_id)  # private to the thread: no explicit id can name it
-        if resource_id == implicit_resource(thread_id):
-            return resource_id  # resolved already (hooks and section providers pass it back): the same thread's
-        return check_id(resource_id, "resource_id")
+        return resolve_resource_ids(thread_id, resource_id, self.config.scope)
 
     _resource_for = resolve_resource
 

@@ -8,12 +8,14 @@ thread looks up only the ids the caller passes.
 from __future__ import annotations
 
 import gc
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
 
@@ -36,7 +38,7 @@ from ..store.base import (
     record_key,
 )
 from ..store.known import FINGERPRINT_PATH, SupportsFieldLookup
-from ..store.step_fast_paths import SupportsIncarnationAppend
+from ..store.step_fast_paths import SupportsHeadAppend, SupportsIncarnationAppend, ThreadHead
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
 
@@ -51,6 +53,9 @@ class StepInputs:
     edited: list[BaseMessage] = field(default_factory=list)
     inserted: list[StoredMessage] = field(default_factory=list)
     caller_list: list[BaseMessage] = field(default_factory=CallerList)
+    head: ThreadHead | None = None
+    """The thread's last seq and the record's stamp as the append committed them
+    (``SupportsHeadAppend``): the step's head read, already done. None: read it."""
 
 
 async def acheck_and_persist(core: EngineCore, resource_id: str, thread_id: str,
@@ -83,7 +88,7 @@ async def aensure_thread(core: EngineCore, resource_id: str, thread_id: str, *,
     core.touch_thread(cache_key)  # before any cache of the thread is read or written (cache_policy.py)
     born = core._thread_born.get(cache_key)
     if defer and born is not None and cache_key in core._known_ids \
-            and isinstance(core.store, SupportsIncarnationAppend):
+            and supports(core.store, SupportsIncarnationAppend):
         return born
     # a one-row read first, also on a cache miss: the thread nearly always exists, and creating
     # it is a write transaction (and on SQLite a hop to a worker thread)
@@ -128,7 +133,9 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
                         caller_list=caller_list)
     if len(fresh) > 1:  # turns another worker may have stored: learn them first (core.acatch_up)
         fresh = await core.acatch_up(resource_id, thread_id, fresh, known, inputs.edited)
+    at_most = _head_at_most(resource_id, thread_id)
     if not fresh:
+        await _acheck_head(core, resource_id, thread_id, at_most)
         if born is not None:  # nothing to append: the incarnation check is a read of its own
             thread = await core.store.aget_thread(resource_id, thread_id)
             if thread is None or thread.created_at != born:
@@ -143,12 +150,24 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
         rows.append(NewMessage(id=message.id or new_id("msg_"), data=dump_message(message), tokens=tokens,
                                created_at=created))
     rows = await core.before_store(resource_id, thread_id, rows)
-    if born is not None and isinstance(core.store, SupportsIncarnationAppend):
-        appended = await core.store.aappend_to_incarnation(resource_id, thread_id, rows, born)
+    head: ThreadHead | None = None
+    if born is not None and supports(core.store, SupportsHeadAppend):
+        with_head = await cast("SupportsHeadAppend", core.store).aappend_with_head(
+            resource_id, thread_id, rows, born, core.record_thread(thread_id), at_most)
+        if with_head is None:
+            return None
+        inserted, head = with_head
+        if at_most is not None and not inserted and head[0] > at_most:
+            raise HeadMovedOn  # the append found the head past it and wrote nothing
+    elif born is not None and supports(core.store, SupportsIncarnationAppend):
+        await _acheck_head(core, resource_id, thread_id, at_most)
+        appended = await cast("SupportsIncarnationAppend", core.store).aappend_to_incarnation(
+            resource_id, thread_id, rows, born)
         if appended is None:
             return None
         inserted = appended
     else:
+        await _acheck_head(core, resource_id, thread_id, at_most)
         inserted = await core.store.aappend_messages(resource_id, thread_id, rows)
     _extend_window(core, cache_key, inserted)
     note_stored(core, cache_key, inserted)
@@ -164,7 +183,52 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     while len(cache) > MESSAGE_CACHE_PER_THREAD:
         cache.popitem(last=False)
     inputs.inserted = inserted
+    # the head stands only when every row was this append's own and nothing else follows it here
+    if head is not None and len(inserted) == len(rows) and not inputs.edited:
+        inputs.head = head
     return inputs
+
+
+HEAD_AT_MOST: ContextVar[tuple[str, str, int] | None] = ContextVar("langchain_om_head_at_most", default=None)
+"""``(resource, thread, seq)``: the integrations' deferred fork check (``extensions/branches.py``). A
+checkpoint's step continues its branch when the branch's last seq is at most the position's; the
+step's append checks that in its own transaction instead of a read of its own before the step.
+When it does not hold, ``apersist`` writes nothing and raises ``HeadMovedOn``: the integration
+then runs the full check (and forks when the caller runs from the past) and the step again."""
+
+
+class HeadMovedOn(Exception):
+    """The thread holds rows past the checkpoint's position (``HEAD_AT_MOST``); nothing was stored."""
+
+
+def _head_at_most(resource_id: str, thread_id: str) -> int | None:
+    expected = HEAD_AT_MOST.get()
+    return expected[2] if expected is not None and expected[:2] == (resource_id, thread_id) else None
+
+
+async def _acheck_head(core: EngineCore, resource_id: str, thread_id: str, at_most: int | None) -> None:
+    """The deferred fork check as a read of its own, before a write that cannot check it."""
+    if at_most is not None and await core.store.alast_seq(resource_id, thread_id) > at_most:
+        raise HeadMovedOn
+
+
+_SUPPORTS: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
+
+
+def supports(store: Any, protocol: type) -> bool:
+    """``isinstance(store, protocol)`` for the optional fast paths, answered once per store: a
+    runtime protocol's check costs ~5 us, and a step asks several times. (A store is expected to
+    keep the methods it had; one that drops a fast path later keeps being offered it.)"""
+    try:
+        known = _SUPPORTS.get(store)
+        if known is None:
+            known = _SUPPORTS[store] = {}
+    except TypeError:  # a store that cannot be weakly referenced or hashed: ask every time
+        return isinstance(store, protocol)
+    found = known.get(protocol)
+    if found is None:
+        found = known[protocol] = isinstance(store, protocol)
+    return found
 
 
 def note_stored(core: EngineCore, cache_key: str, inserted: Sequence[StoredMessage]) -> None:

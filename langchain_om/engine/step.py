@@ -22,6 +22,7 @@ from ..foundation.run_steps import run_mark
 from ..model_calls import failure_policy
 from ..model_calls.failures import turn_budget
 from ..store.base import OMRecord, SupportsThreadHead, record_key
+from ..store.step_fast_paths import ThreadHead
 from . import planner
 from .activation import aactivate_chunks, observation_signals
 from .background import schedule, start_idle_buffering
@@ -54,7 +55,12 @@ async def astep(
         step.events.extend(core._live_runs.refresh(key, config))  # live_runs.py: a run left without a close
         step.events.extend(core._pending_events.pop(key, []))
         last_seq: int | None = None
-        if isinstance(core.store, SupportsThreadHead) and not inputs.edited:
+        if inputs.head is not None:
+            # the append read both in its transaction (``SupportsHeadAppend``): the step takes
+            # effect at its append's commit, as if the read below had run right after it
+            last_seq, stamp = inputs.head
+            record = await core.arecord_at_stamp(resource, thread_id, stamp)
+        elif isinstance(core.store, SupportsThreadHead) and not inputs.edited:
             # the record's stamp and the thread's last seq (the window's refresh) in one read;
             # an edit appends rows after it, so a step with edits reads the last seq after them
             last_seq, stamp = await core.store.aget_thread_head(resource, thread_id, core.record_thread(thread_id))
@@ -115,23 +121,28 @@ async def arun_phases(core: EngineCore, step: StepState, record: OMRecord, phase
 
 
 async def aturn_end(core: EngineCore, thread_id: str, messages: Sequence[BaseMessage], *,
-                    resource_id: str | None, config: RunnableConfig | None = None) -> None:
-    """``ObservationalMemory.aon_turn_end`` (see there)."""
+                    resource_id: str | None, config: RunnableConfig | None = None) -> ThreadHead | None:
+    """``ObservationalMemory.aon_turn_end`` (see there). Returns the thread's head as the turn's
+    append committed it when nothing was written after it (the middleware's position then needs
+    no read of its own), else None."""
     resource = core.resolve_resource(thread_id, resource_id)
     await core.aensure_setup()
     inputs = await acheck_and_persist(core, resource, thread_id, messages, core._clock())
     key = record_key(resource, core.record_thread(thread_id))
     core.touch_record(key)
-    step = StepState(resource, thread_id, key, core._clock(), [], None, config)
     idle_buffering = core.config.buffering_enabled and core.config.observation.buffer_on_idle
     release_copies(inputs.caller_list)  # the turn is over (see there)
+    # instructions may commit the record and edits append rows: the append's head is then stale
+    head = None if inputs.instructions or inputs.edited else inputs.head
     if not (idle_buffering or inputs.instructions or inputs.edited):
         settled(core, resource, thread_id, inputs)
-        return
+        return head
+    step = StepState(resource, thread_id, key, core._clock(), [], None, config)
     async with core.locked(key):
         record = await core.aload_record(resource, thread_id)
         record = await asettle(core, step, record, inputs)
         if not idle_buffering:
-            return
+            return head
         window = await core.awindow(record, resource, thread_id)
     start_idle_buffering(core, step, record, window)
+    return head

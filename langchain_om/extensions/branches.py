@@ -41,7 +41,7 @@ from ..store.base import (
     new_id,
     thread_key,
 )
-from ..store.step_fast_paths import SupportsForkProbe
+from ..store.step_fast_paths import SupportsForkProbe, SupportsHeadAppend, ThreadHead
 
 if TYPE_CHECKING:
     from .host import MemoryHost
@@ -117,6 +117,8 @@ class BranchRun:
     branch: str
     resource_id: str | None
     forked: bool = False
+    deferred: int | None = None
+    """The position's seq when the fork check is left to the step's append (``aresolve(defer=True)``)."""
 
 
 _CACHE_LIMIT = 4096  # entries per in-process cache: a long-lived server forgets the least recently used
@@ -185,8 +187,14 @@ async def aresolve(
     configured_resource: str | None,
     state_position: Any,
     messages: Sequence[BaseMessage],
+    *,
+    defer: bool = False,
 ) -> BranchRun:
-    """Decide the branch a step runs on, forking when the caller runs from an earlier checkpoint."""
+    """Decide the branch a step runs on, forking when the caller runs from an earlier checkpoint.
+
+    ``defer``: when the state has a position and the store's append can check the branch's last seq
+    (``SupportsHeadAppend``), skip the read that tells a continuing step: ``run.deferred`` holds the
+    position's seq for the step's append to check (``engine.persistence.HEAD_AT_MOST``)."""
     position = Position.from_state(state_position)
     resource = check_resource(thread_id, configured_resource, position)
     if position is not None and branch_root(position.branch) != thread_id:
@@ -194,8 +202,12 @@ async def aresolve(
     branch = position.branch if position is not None else thread_id
     resolved = om.resolve_resource(branch, resource)
     await om.aensure_setup()
-    fork_seq = await _fork_point(om, resolved, branch, position, messages)
     run = BranchRun(thread_id, branch, resource)
+    if defer and position is not None and isinstance(om.store, SupportsHeadAppend):
+        run.deferred = position.seq
+        _cache(om).active.remember(thread_id, (resource, run.branch))
+        return run
+    fork_seq = await _fork_point(om, resolved, branch, position, messages)
     if fork_seq is not None:
         run.branch = await _afork(om, resolved, thread_id, branch, fork_seq, position)
         run.forked = True
@@ -377,15 +389,19 @@ async def _copy_working_memory(om: MemoryHost, resolved: str, branch: str, posit
         await om.store.aput_value(resolved, _WM_NAMESPACE, _wm_key(branch), document)
 
 
-async def aposition(om: MemoryHost, run: BranchRun) -> dict[str, Any]:
+async def aposition(om: MemoryHost, run: BranchRun, head: ThreadHead | None = None) -> dict[str, Any]:
     """The position to write into the checkpointed state after a step on ``run.branch``.
 
     Keeps what a later fork from this checkpoint needs: the record snapshot of this version
     (written once per version) and the working memory document (once per distinct document).
-    A step that changed nothing costs one small read (the branch's last seq) and a cached record check."""
+    A step that changed nothing costs one small read (the branch's last seq) and a cached record
+    check; none with ``head``, the branch's head as the turn's own append just committed it."""
     cache = _cache(om)
     resolved = om.resolve_resource(run.branch, run.resource_id)
-    if isinstance(om.store, SupportsThreadHead):  # one read for both
+    if head is not None:
+        seq, stamp = head
+        record = await om.arecord_at_stamp(resolved, run.branch, stamp)
+    elif isinstance(om.store, SupportsThreadHead):  # one read for both
         seq, stamp = await om.store.aget_thread_head(resolved, run.branch, om.record_thread(run.branch))
         record = await om.arecord_at_stamp(resolved, run.branch, stamp)
     else:

@@ -68,7 +68,11 @@ def _has_parent_run(config: RunnableConfig | None) -> bool:
     from the config's callback manager or from an active LangSmith trace, and refuses the
     event otherwise; asking first saves building a callback manager (~50 us) on every step
     taken outside a run."""
-    callbacks = ensure_config(config).get("callbacks")
+    # the config's own callbacks when it has them: what ``ensure_config`` would take (a copy of
+    # them), without copying the whole config
+    callbacks = config.get("callbacks") if config else None
+    if callbacks is None:
+        callbacks = ensure_config(config).get("callbacks")
     if isinstance(callbacks, BaseCallbackManager) and callbacks.parent_run_id is not None:
         return _someone_listens(callbacks)
     try:
@@ -96,10 +100,26 @@ def _someone_listens(callbacks: BaseCallbackManager) -> bool:
                for var, _inheritable, _handler_class, env_var in _configure_hooks)
 
 
+def _ignore(_chunk: Any) -> None:
+    pass
+
+
+def _does_nothing(writer: Any) -> bool:
+    """Whether ``writer`` is a function whose whole body is ``pass`` (LangGraph hands each node one
+    when the run does not stream ``custom``): writing to it would only cost building the parts.
+    Compared by bytecode, so any function that does nothing counts, and nothing else does."""
+    code = getattr(writer, "__code__", None)
+    mine = _ignore.__code__
+    return (code is not None and code.co_code == mine.co_code and code.co_consts == mine.co_consts
+            and code.co_argcount == 1 and not getattr(writer, "__closure__", None))
+
+
 def _audience(config: RunnableConfig | None) -> tuple[Any, bool] | None:
     """Who can hear events now: LangGraph's custom-stream writer (or None) and whether there is
     a LangChain run to send custom events to; None when nobody can."""
     writer = _stream_writer(config)
+    if writer is not None and _does_nothing(writer):
+        writer = None
     in_run = _has_parent_run(config)
     return None if writer is None and not in_run else (writer, in_run)
 

@@ -16,6 +16,7 @@ of one cycle share it and a re-sent part replaces itself.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, field_validator
@@ -97,12 +98,24 @@ class StatusData(_Data):
 
     @field_serializer("spend")
     def _spend_on_the_wire(self, spend: dict[str, Any] | None, info: SerializationInfo) -> dict[str, Any] | None:
-        return _totals_keys(spend, to_camel) if info.by_alias else spend
+        return _totals_keys(spend, _camel) if info.by_alias else spend
 
     @field_validator("spend", mode="before")
     @classmethod
     def _spend_from_the_wire(cls, spend: Any) -> Any:
-        return _totals_keys(spend, to_snake) if isinstance(spend, dict) else spend
+        return spend_from_the_wire(spend)
+
+
+# the spend's few key names, renamed once each: pydantic's alias generators run regexes, and
+# every step's status passes them (both ways, ~20 us a step uncached)
+_camel = lru_cache(maxsize=256)(to_camel)
+_snake = lru_cache(maxsize=256)(to_snake)
+
+
+def spend_from_the_wire(spend: Any) -> Any:
+    """What ``StatusData.spend``'s validator makes of a value: a dict's role totals keyed in snake_case
+    (``status_of`` builds the status without validation and applies this itself)."""
+    return _totals_keys(spend, _snake) if isinstance(spend, dict) else spend
 
 
 def _totals_keys(spend: dict[str, Any] | None, rename: Any) -> dict[str, Any] | None:

@@ -225,16 +225,21 @@ def _calls(message: BaseMessage) -> tuple[Any, Any]:
     return fields.get("tool_calls"), fields.get("invalid_tool_calls")
 
 
-Reading = tuple[list[Any], list[Any], list[Any]]
-_PLACE_AND_TEXT = operator.itemgetter("id", "type", "content", "name")
+Reading = tuple[list[Any], list[Any], list[Any], list[Any], list[Any], list[Any]]
+_PLACE_AND_TEXT = tuple(map(operator.itemgetter, ("id", "type", "content", "name")))
 
 
 def _reading(messages: list[BaseMessage]) -> Reading:
-    """What a model reads of each message and where it stands, as lists built in C from each
-    message's fields: (id, type, content, name), and the tool calls and invalid tool calls of AI
-    messages (None elsewhere). A message without one of the first four raises ``KeyError``."""
+    """What a model reads of each message and where it stands, as one list per field, built in C
+    from each message's fields: id, type, content, name, and the tool calls and invalid tool calls
+    of AI messages (None elsewhere). A message without one of the first four raises ``KeyError``.
+
+    Columns, not a tuple per message: a checkpointed state is read on every step, and a tuple per
+    message was a young container each for the garbage collector to walk (most of this read's
+    cost inside a whole agent turn), and an old one each for as long as the reading is kept."""
     fields = list(map(vars, messages))
-    return (list(map(_PLACE_AND_TEXT, fields)), list(map(dict.get, fields, repeat("tool_calls"))),
+    ids, kinds, contents, names = (list(map(get, fields)) for get in _PLACE_AND_TEXT)
+    return (ids, kinds, contents, names, list(map(dict.get, fields, repeat("tool_calls"))),
             list(map(dict.get, fields, repeat("invalid_tool_calls"))))
 
 
@@ -248,10 +253,15 @@ def _read(messages: list[BaseMessage]) -> Reading | None:
 
 
 def _extended(reading: Reading | None, tail: list[BaseMessage]) -> Reading | None:
+    """``reading`` with ``tail``'s read after it (extended in place: a ``CallerList`` owns its reading)."""
     if reading is None or not tail:
         return reading
     more = _read(tail)
-    return None if more is None else (reading[0] + more[0], reading[1] + more[1], reading[2] + more[2])
+    if more is None:
+        return None
+    for column, added in zip(reading, more, strict=True):
+        column.extend(added)
+    return reading
 
 
 def edit_row(message: BaseMessage, tokens: int, created_at: Any) -> NewMessage:

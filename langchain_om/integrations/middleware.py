@@ -37,6 +37,7 @@ from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from ..engine import ObservationalMemory, OMContext
+from ..engine.step import aturn_end
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
 from ..foundation.context import merge_system_messages
 from .graph import (
@@ -186,8 +187,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         idle), so the position beside the answer already covers it and ``after_agent`` has nothing
         to write (an update holding only ``om_position`` breaks ``update["messages"]`` loops)."""
         config = _run_config()
-        await self.om.aon_turn_end(branch, after, resource_id=resource_id, config=config)
-        position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id))
+        # the engine's turn end (what ``om.aon_turn_end`` runs), for the head its append committed:
+        # the position then needs no read of its own (``SupportsHeadAppend``)
+        head = await aturn_end(self.om, branch, after, resource_id=resource_id, config=config)
+        position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id), head)
         key = ids_from_config(config)
         # no move_to_end: a sync twin on OM's loop thread may pop the key in between (a miss, not an error)
         self._turn_ends.pop(key, None)

@@ -72,11 +72,21 @@ from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
 from .sqlite_schema import MIGRATIONS as MIGRATIONS
 from .sqlite_search import search_messages
 from .sqlite_vectors import SQLiteVectorSegments, drop_stale_segments
+from .step_fast_paths import ThreadHead
 from .thread_summaries import SQLiteThreadListing
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
 _ID_CHUNK = 500  # ids per IN (...) list: well under SQLite's 32,766 bound variables
+_HEAD_SQL_NO_RECORD = (
+    "SELECT t.resource_id, t.created_at, (SELECT MAX(seq) FROM messages WHERE thread_id = ?) "
+    "FROM (SELECT 1) LEFT JOIN threads AS t ON t.thread_id = ?"
+)
+_HEAD_SQL = (  # an append's first statement (see ``_append``), also reading a record's stamp
+    "SELECT t.resource_id, t.created_at, (SELECT MAX(seq) FROM messages WHERE thread_id = ?), r.version, "
+    "r.updated_at FROM (SELECT 1) LEFT JOIN records AS r ON r.key = ? AND r.resource_id = ? "
+    "LEFT JOIN threads AS t ON t.thread_id = ?"
+)
 _INLINE_ROWS = 64  # a read bounded to this many rows runs inline (``_run_inline``)
 
 
@@ -301,38 +311,49 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
         """Append in order with seq = last + 1, ...; ids already in the thread are skipped."""
         appended = await self._append(resource_id, thread_id, messages, None)
         assert appended is not None  # None only when an incarnation was expected
-        return appended
+        return appended[0]
 
     async def aappend_to_incarnation(
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime
     ) -> list[StoredMessage] | None:
         """``SupportsIncarnationAppend``: the incarnation is read in the append's transaction."""
-        return await self._append(resource_id, thread_id, messages, born)
+        appended = await self._append(resource_id, thread_id, messages, born)
+        return None if appended is None else appended[0]
+
+    async def aappend_with_head(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
+        record_thread: str | None, at_most: int | None = None,
+    ) -> tuple[list[StoredMessage], ThreadHead] | None:
+        """``SupportsHeadAppend``: the record's stamp is read with the incarnation and last seq."""
+        _, record_thread = u.check_record_ids(resource_id, record_thread)
+        return await self._append(resource_id, thread_id, messages, born, record_key(resource_id, record_thread),
+                                  u.check_optional_count(at_most, "at_most"))
 
     async def _append(
-        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None
-    ) -> list[StoredMessage] | None:
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None,
+        stamp_of: str | None = None, at_most: int | None = None,
+    ) -> tuple[list[StoredMessage], ThreadHead] | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         encoded = u.check_messages_json(messages)
+        # one statement reads the owner, the incarnation, the last seq and (``stamp_of``) the record's stamp
+        head_sql = _HEAD_SQL if stamp_of is not None else _HEAD_SQL_NO_RECORD
+        head_args = (thread_id, stamp_of, resource_id, thread_id) if stamp_of is not None else (thread_id, thread_id)
 
-        def run(conn: sqlite3.Connection) -> list[StoredMessage] | None:
+        def run(conn: sqlite3.Connection) -> tuple[list[StoredMessage], ThreadHead] | None:
             with immediate(conn):
-                if born is not None:
-                    found = conn.execute("SELECT resource_id, created_at FROM threads WHERE thread_id = ?",
-                                         (thread_id,)).fetchone()
-                    if found is None or found[0] != resource_id or u.from_iso(found[1]) != born:
-                        return None  # another incarnation (or none): the caller re-checks
-                    owner: str | None = resource_id
-                else:
-                    owner = self._owner(conn, thread_id)
+                found = conn.execute(head_sql, head_args).fetchone()
+                owner: str | None = found[0]
+                if born is not None and (owner != resource_id or u.from_iso(found[1]) != born):
+                    return None  # another incarnation (or none): the caller re-checks
                 if owner is not None and owner != resource_id:
                     raise InvalidStoreInput("thread_id", "is not available")
-                if not encoded:
-                    return []
+                stamp = (int(found[3]), u.from_iso(found[4])) if stamp_of is not None and found[3] is not None \
+                    else None
+                if not encoded or (at_most is not None and int(found[2] or 0) > at_most):
+                    return [], (int(found[2] or 0), stamp)  # nothing to write, or the head moved on: nothing written
                 if owner is None:
                     self._insert_thread(conn, resource_id, thread_id, None, None)
-                row = conn.execute("SELECT MAX(seq) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()
-                last = int(row[0] or 0)
+                last = int(found[2] or 0)
                 inserted: list[StoredMessage] = []
                 seen: set[str] = set()
                 for message, data in encoded:
@@ -374,7 +395,7 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                     conn.execute("UPDATE threads SET updated_at = ? WHERE thread_id = ?", (u.iso(utcnow()), thread_id))
                     if self._fts:  # indexed in batches (sqlite_keyword_queue); every search indexes the rest first
                         keywords.queue(conn, thread_id, [m.id for m in inserted])
-                return inserted
+                return inserted, (last, stamp)
 
         return await self._run_inline(run)
 

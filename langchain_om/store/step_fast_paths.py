@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from .base import NewMessage, StoredMessage
+from .base import NewMessage, RecordStamp, StoredMessage
 
 
 @runtime_checkable
@@ -29,6 +29,29 @@ class SupportsIncarnationAppend(Protocol):
     ) -> list[StoredMessage] | None:
         """``aappend_messages`` when ``resource_id`` owns the thread and its ``created_at`` is
         ``born``; otherwise None, with nothing written (the caller re-checks and retries)."""
+
+
+ThreadHead = tuple[int, RecordStamp | None]
+"""A thread's last ``seq`` and a record's stamp, read together (``SupportsThreadHead``)."""
+
+
+@runtime_checkable
+class SupportsHeadAppend(Protocol):
+    """Optional fast path of a store: ``aappend_to_incarnation`` that also answers the thread's head
+    (its last ``seq`` after the append and a record's stamp), read in the append's transaction.
+
+    A step reads that head right after appending (the window's refresh and the record check), and
+    the middleware again after the turn's final answer (the checkpoint's position): on SQLite two
+    more statements and inline calls per turn, for values the append's transaction already holds."""
+
+    async def aappend_with_head(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
+        record_thread: str | None, at_most: int | None = None,
+    ) -> tuple[list[StoredMessage], ThreadHead] | None:
+        """``aappend_to_incarnation``, with ``aget_thread_head(resource_id, thread_id, record_thread)``
+        as of the append's commit; None, with nothing written, on another incarnation. ``at_most``:
+        when the thread's last seq is above it, nothing is written and the head says so (a step's
+        deferred fork check, ``extensions/branches.py``)."""
 
 
 ForkProbe = tuple[list[tuple[int, str, str]], list[tuple[str, int, str]]]

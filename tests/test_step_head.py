@@ -1,0 +1,147 @@
+"""A step's thread head taken from its own append (issue 32 item 2, the checkpointed step).
+
+On SQLite the append reads the thread's owner, incarnation, last ``seq`` and the record's stamp in
+one statement of its transaction (``SupportsHeadAppend``); the step then skips its own head read
+and the middleware's position after the final answer skips another. These tests hold what that
+shortcut must keep: the head is exactly what a read after the append returns, a record another
+worker committed between two turns is seen (not the cached one), the checkpoint's position names
+the stored head and record, and the status's spend keys are renamed as before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, SystemMessage, message_to_dict
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langchain_om import ObservationalMemory
+from langchain_om.foundation.dispatch import _does_nothing
+from langchain_om.foundation.events import StatusData, StatusEvent
+from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
+from langchain_om.store.base import NewMessage, OMRecord, OMStore, record_key
+from langchain_om.store.sqlite import SQLiteStore
+from langchain_om.store.step_fast_paths import SupportsHeadAppend
+from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
+
+LANGUAGES = {
+    "en": ("user-1", "thread-1", "My sister's name is Ana and she lives in Lisbon", "What is her city?"),
+    "ja": ("ユーザー", "スレッド", "妹の名前はアナで、リスボンに住んでいます", "彼女はどの街に住んでいますか？"),
+}
+
+
+def _row(mid: str, text: str) -> NewMessage:
+    return NewMessage(id=mid, data=message_to_dict(HumanMessage(text, id=mid)), tokens=4)
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+async def test_the_append_head_is_what_a_read_after_it_returns(store: OMStore, lang: str) -> None:
+    if not isinstance(store, SupportsHeadAppend):
+        pytest.skip("the store reads the head apart (no SupportsHeadAppend)")
+    resource, thread, said, _ = LANGUAGES[lang]
+    info = await store.aensure_thread(resource, thread)
+    inserted, head = await store.aappend_with_head(resource, thread, [_row("m1", said)], info.created_at,
+                                                   thread) or ([], None)
+    assert [r.seq for r in inserted] == [1]
+    assert head == (1, None) == await store.aget_thread_head(resource, thread, thread)
+    committed = await store.acommit_record(OMRecord(resource_id=resource, thread_id=thread), expected_version=0)
+    # a row another writer stored first is skipped; the head is still the thread's real last seq
+    again = await store.aappend_with_head(resource, thread, [_row("m1", said), _row("m2", said + " 🙂\x00")],
+                                          info.created_at, thread)
+    assert again is not None
+    rows, head = again
+    assert [(r.id, r.seq) for r in rows] == [("m2", 2)]
+    assert head == (2, (committed.version, committed.updated_at))
+    assert head == await store.aget_thread_head(resource, thread, thread)
+    # resource scope names the resource's record (none here); nothing to append still answers the head
+    assert await store.aappend_with_head(resource, thread, [], info.created_at, None) == ([], (2, None))
+    # another incarnation, or another resource's claim on the thread: None, nothing written
+    assert await store.aappend_with_head(resource, thread, [_row("m3", said)], committed.updated_at, thread) is None
+    assert await store.aappend_with_head("someone-else", thread, [_row("m3", said)], info.created_at, thread) is None
+    assert [r.id for r in await store.aget_messages(resource, thread)] == ["m1", "m2"]
+
+
+def _om(path: Path) -> ObservationalMemory:
+    return ObservationalMemory(SQLiteStore(path), model=ScriptedObserverModel(),
+                               observation={"message_tokens": 30_000, "buffer_tokens": False},
+                               reflection={"observation_tokens": 40_000}, token_counter="estimator")
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+async def test_a_record_another_worker_committed_between_turns_reaches_the_next_step(
+        tmp_path: Path, lang: str) -> None:
+    """Worker B observes the thread between two of worker A's turns. A's next step takes the
+    record's stamp from its append: the stamp differs from A's cached record, so A reads B's record
+    and its model sees B's observations; the checkpoint's position names B's record and the
+    thread's stored last seq (nothing read apart from the appends)."""
+    resource, thread, said, asked = LANGUAGES[lang]
+    worker_a, worker_b = _om(tmp_path / "shared.db"), _om(tmp_path / "shared.db")
+    model = ScriptedAgentModel()
+    agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(worker_a)],
+                         checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": thread, "resource_id": resource}}
+    try:
+        await agent.ainvoke({"messages": [HumanMessage(said, id="h1")]}, config)
+        assert "in memory" not in str((await agent.aget_state(config)).values["messages"][-1].content)
+
+        observed = await worker_b.aobserve(thread, resource_id=resource)
+        assert observed.groups, "precondition: worker B committed observations"
+
+        result = await agent.ainvoke({"messages": [HumanMessage(asked, id="h2")]}, config)
+        system = next(m for m in model.calls[-1] if isinstance(m, SystemMessage))
+        assert observed.groups[-1].text.splitlines()[-1] in str(system.content)
+        assert "in memory" in str(result["messages"][-1].content)
+
+        stored = await worker_a.store.aget_record(resource, thread)
+        assert stored is not None
+        position = (await agent.aget_state(config)).values["om_position"]
+        last = await worker_a.store.alast_seq(resource, thread)
+        assert (position["seq"], position["record"], position["version"]) == (last, stored.id, stored.version)
+        assert [r.id for r in await worker_a.store.aget_messages(resource, thread)][-2:] == \
+            ["h2", result["messages"][-1].id]
+    finally:
+        await worker_a.aclose(cancel=True)
+        await worker_b.aclose(cancel=True)
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+async def test_the_status_spend_reads_wire_keys_and_round_trips(tmp_path: Path, lang: str) -> None:
+    """The spend's key renames are cached (``foundation/events.py``): a record whose spend was
+    stored under wire keys still reads back in snake_case, and the status round-trips through
+    its wire form unchanged."""
+    resource, thread, said, _ = LANGUAGES[lang]
+    om = _om(tmp_path / "status.db")
+    try:
+        await om.aprocess(thread, [HumanMessage(said, id="h1")], resource_id=resource)
+        record = await om.aload_record(resource, thread)
+        spend = {"observer": {"inputTokens": 120, "calls": 2}, "reflector": {"output_tokens": 7}}
+        record = record.model_copy(update={"metadata": {**record.metadata, "om_spend": spend}})
+        await om.store.acommit_record(record, expected_version=record.version)
+        context = await om.aprocess(thread, [HumanMessage(said, id="h1"), HumanMessage("🙂", id="h2")],
+                                    resource_id=resource)
+        status = context.status
+        assert status.spend == {"observer": {"input_tokens": 120, "calls": 2}, "reflector": {"output_tokens": 7}}
+        validated = StatusData.model_validate(status.model_dump(mode="json", by_alias=True))
+        assert validated == status
+        assert StatusEvent(data=validated).to_part() == StatusEvent(data=status).to_part()
+        assert status.windows.active.messages.tokens > 0 and status.thread_id == thread
+        assert record_key(resource, thread).endswith(status.thread_id)
+    finally:
+        await om.aclose(cancel=True)
+
+
+def test_only_a_writer_that_does_nothing_is_skipped() -> None:
+    heard: list[Any] = []
+
+    def silent(chunk: Any) -> None:
+        pass
+
+    def listening(chunk: Any) -> None:
+        heard.append(chunk)
+
+    assert _does_nothing(silent) and _does_nothing(lambda chunk: None)
+    assert not _does_nothing(listening) and not _does_nothing(heard.append)
+    assert not _does_nothing(lambda chunk: heard.append(chunk)) and not _does_nothing(print)
