@@ -22,7 +22,10 @@ twice, none sent to the Observer twice). ``--soak M`` runs M minutes over more t
 (bare agent, then with OM) once per checkout, each in its own subprocess (that checkout's
 ``langchain_om`` first on ``sys.path``, this directory's harness), alternately, after a small
 warm-up run in the same process; the report puts OM's CPU per turn before and after side by side.
-``--rounds R`` repeats that R times (alternately) and takes the median CPU figures.
+``--rounds R`` repeats that R times (alternately) and takes the median CPU figures; a small N
+gets more rounds, so that each figure covers at least ``--min-turns`` (120) turns: one user's
+twelve turns are ~0.1 s of CPU, and which cycles run in the background or inline in them
+depends on timing, so single 12-turn runs of the same checkout moved from 5.6 to 10.4 ms a turn.
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
                         help="another checkout's root, measured beside this one (each in its own subprocess)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --baseline: runs per checkout and N, alternately; CPU figures are their medians")
+    parser.add_argument("--min-turns", type=int, default=120,
+                        help="with --baseline: more rounds for a small N, until its rounds hold this many turns")
     parser.set_defaults(load_quick=quick)
 
 
@@ -239,11 +244,12 @@ def _side_by_side(args: argparse.Namespace, params: dict[str, Any]) -> dict[str,
             spec = {k: v for k, v in params.items() if k not in ("baseline", "out", "quick", "rounds")}
             spec.update(stores=[kind], users=[users] if users else args.users)
             seen: dict[str, dict[str, dict[str, list[Any]]]] = {name: {} for name in checkouts}
-            for round_ in range(rounds):
+            per_round = max(1, (users or max(args.users)) * args.turns)
+            for round_ in range(max(rounds, -(-int(getattr(args, "min_turns", 0)) // per_round))):
                 order = list(checkouts.items()) if turn % 2 == 0 else list(reversed(checkouts.items()))
                 turn += 1
                 for name, root in order:
-                    print(f"  load: {kind}, {'soak' if args.soak else f'{users} users'}, round {round_ + 1}/{rounds}, "
+                    print(f"  load: {kind}, {'soak' if args.soak else f'{users} users'}, round {round_ + 1}, "
                           f"{name} ({root})", file=sys.stderr, flush=True)
                     got = _subprocess(root, spec, args.pg_dsn)
                     sources[name] = got["source"]
