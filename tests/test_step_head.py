@@ -22,7 +22,7 @@ from langchain_om import ObservationalMemory
 from langchain_om.foundation.dispatch import _does_nothing
 from langchain_om.foundation.events import StatusData, StatusEvent
 from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
-from langchain_om.store.base import NewMessage, OMRecord, OMStore, record_key
+from langchain_om.store.base import NewMessage, OMRecord, record_key
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.store.step_fast_paths import SupportsHeadAppend
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
@@ -38,9 +38,10 @@ def _row(mid: str, text: str) -> NewMessage:
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
-async def test_the_append_head_is_what_a_read_after_it_returns(store: OMStore, lang: str) -> None:
-    if not isinstance(store, SupportsHeadAppend):
-        pytest.skip("the store reads the head apart (no SupportsHeadAppend)")
+async def test_the_append_head_is_what_a_read_after_it_returns(sqlite_path: Path, lang: str) -> None:
+    """SQLite is the store with ``SupportsHeadAppend``; the others read the head apart."""
+    store = SQLiteStore(sqlite_path)
+    assert isinstance(store, SupportsHeadAppend)
     resource, thread, said, _ = LANGUAGES[lang]
     info = await store.aensure_thread(resource, thread)
     inserted, head = await store.aappend_with_head(resource, thread, [_row("m1", said)], info.created_at,
@@ -62,6 +63,7 @@ async def test_the_append_head_is_what_a_read_after_it_returns(store: OMStore, l
     assert await store.aappend_with_head(resource, thread, [_row("m3", said)], committed.updated_at, thread) is None
     assert await store.aappend_with_head("someone-else", thread, [_row("m3", said)], info.created_at, thread) is None
     assert [r.id for r in await store.aget_messages(resource, thread)] == ["m1", "m2"]
+    await store.aclose()
 
 
 def _om(path: Path) -> ObservationalMemory:
