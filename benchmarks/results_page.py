@@ -5,7 +5,9 @@ the README and the docs quote can be checked against one generated file instead 
 from hand-copied numbers (tests/test_benchmark_figures.py). Each section keeps the date, commit,
 machine, load, duration and peak memory of the run that measured it: sections run on their own
 at another time say so. ``python -m benchmarks.results_page`` rewrites the page from the JSON
-already there. A ``--quick`` run, or one with ``--out``, writes the page next to its JSON instead.
+already there. A ``--quick`` run, one with ``--out``, or one whose results directory lacks a
+default section's result (a section run alone in a fresh clone) writes the page next to its
+JSON instead.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import SECTIONS
+from . import OPT_IN, SECTIONS
 from .common import RESULTS_DIR
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks-results.md"
@@ -23,8 +25,17 @@ PAGE_NAME = "benchmarks-results.md"
 
 
 def page_path(out_dir: Path, quick: bool) -> Path:
-    """The docs page for a full run into the default directory; otherwise a file beside the JSON."""
-    return PAGE if out_dir.resolve() == RESULTS_DIR.resolve() and not quick else out_dir / PAGE_NAME
+    """The docs page for a run into the default directory that holds every default section's
+    result; otherwise a file beside the JSON. The results are not committed, so in a fresh clone
+    one section run on its own would otherwise cut the committed page down to that section."""
+    if quick or out_dir.resolve() != RESULTS_DIR.resolve() or missing_sections(out_dir):
+        return out_dir / PAGE_NAME
+    return PAGE
+
+
+def missing_sections(out_dir: Path) -> list[str]:
+    """The default sections (``python -m benchmarks`` without ``--only``) with no result in ``out_dir``."""
+    return [name for name in SECTIONS if name not in OPT_IN and not (out_dir / f"{name}.json").is_file()]
 
 
 def _load(out_dir: Path) -> dict[str, dict[str, Any]]:

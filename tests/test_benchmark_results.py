@@ -121,6 +121,22 @@ def test_the_run_writes_a_results_page_with_the_machine_and_each_sections_cost(t
     assert results_page.page_path(results_page.RESULTS_DIR, quick=True) != results_page.PAGE
 
 
+def test_a_section_run_alone_in_a_fresh_clone_leaves_the_committed_page_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The results are not committed: with only some sections' JSON in the default directory,
+    the page goes beside them, not over docs/benchmarks-results.md."""
+    monkeypatch.setattr(results_page, "RESULTS_DIR", tmp_path)
+    defaults = [name for name in results_page.SECTIONS if name not in results_page.OPT_IN]
+    (tmp_path / "load.json").write_text("{}", encoding="utf-8")
+    assert results_page.page_path(tmp_path, quick=False) == tmp_path / "benchmarks-results.md"
+    assert "load" not in results_page.missing_sections(tmp_path) and "search" in results_page.missing_sections(tmp_path)
+    for name in defaults:
+        (tmp_path / f"{name}.json").write_text("{}", encoding="utf-8")
+    assert results_page.missing_sections(tmp_path) == []
+    assert results_page.page_path(tmp_path, quick=False) == results_page.PAGE
+    assert results_page.page_path(tmp_path, quick=True) != results_page.PAGE
+
+
 def test_a_figure_not_on_the_results_page_is_caught() -> None:
     page = "p50 16.24 ms, 1,880 s, ratio 0.092"
     quoted = ("<!-- benchmark-figures -->16.2 ms, 1,880 s and 0.09<!-- /benchmark-figures --> "
