@@ -181,13 +181,18 @@ def check_record(record: Any, expected_version: Any) -> tuple[OMRecord, int]:
     return record, version
 
 
-def record_json(record: OMRecord) -> str:
-    """The record as ASCII JSON text (stdlib encoder, so odd strings like lone surrogates survive)."""
+def record_data(record: OMRecord) -> dict[str, Any]:
+    """The record as JSON data: what ``record_json`` encodes (a commit can validate its returned
+    record from it instead of parsing the text back)."""
     try:
-        plain = record.model_dump(mode="json")
+        return record.model_dump(mode="json")
     except PydanticSerializationError as exc:
         raise InvalidStoreInput("record", f"must be JSON-serialisable ({exc})") from None
-    return dumps(plain, "record")
+
+
+def record_json(record: OMRecord) -> str:
+    """The record as ASCII JSON text (stdlib encoder, so odd strings like lone surrogates survive)."""
+    return dumps(record_data(record), "record")
 
 
 def record_from_json(text: str | bytes) -> OMRecord:

@@ -168,13 +168,15 @@ class PostgresRecords(PostgresConnection):
         key = record_key(record.resource_id, thread_part)
         now = utcnow()
         stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
-        body_text = u.record_json(stored)
-        body = jsonb_text(body_text)  # sent as encoded: not parsed back and encoded twice more
+        plain = u.record_data(stored)
+        # sent as encoded: not parsed back and encoded twice more; the returned record is
+        # validated from the data the body was encoded from
+        body = jsonb_text(u.dumps(plain, "record"))
         if not marks and expected > 0:
             # the common commit (a chunk staged, a flag set): one compare-and-swap statement on its own
             async with self._one() as cur:
                 await self._swap(cur, key, record.resource_id, expected, body, now)
-            return u.record_from_json(body_text)
+            return OMRecord.model_validate(plain)
         # each marked thread's append lock, taken before the record's row lock as adelete_thread
         # does: no append is half done while observed_through moves past its rows (the first
         # one with BEGIN, in one round trip)
@@ -196,7 +198,7 @@ class PostgresRecords(PostgresConnection):
                 await self._swap(cur, key, record.resource_id, expected, body, now)
             for thread_id, seq in sorted(marks.items()):
                 await self._mark_observed(cur, record.resource_id, thread_id, seq, now)
-        return u.record_from_json(body_text)
+        return OMRecord.model_validate(plain)
 
     async def _swap(self, cur: Cursor, key: str, resource_id: str, expected: int, body: Any, now: datetime) -> None:
         """Write version ``expected + 1`` if the stored record is at ``expected``: one statement.

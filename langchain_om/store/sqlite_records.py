@@ -14,11 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic_core import PydanticSerializationError
-
 from . import _util as u
 from .base import (
-    InvalidStoreInput,
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -38,13 +35,6 @@ MARK_OBSERVED_SQL = (
     "WHERE thread_id = ? AND observed = 0 AND seq <= ? AND resource_id = ?"
 )
 
-
-def _plain(record: OMRecord) -> dict[str, Any]:
-    """``record`` as JSON data (``u.record_json`` before its text): the body is written from it."""
-    try:
-        return record.model_dump(mode="json")
-    except PydanticSerializationError as exc:
-        raise InvalidStoreInput("record", f"must be JSON-serialisable ({exc})") from None
 
 TAKE_LEASE_SQL = (  # (name, owner, expires_at, now): one row changed when taken or renewed
     "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
@@ -157,7 +147,7 @@ class SQLiteRecords(SQLiteConnection):
                     raise RecordConflictError(f"record {key!r} is at version {current}, expected {expected}")
                 now = utcnow()
                 stored = record.model_copy(update={"version": expected + 1, "updated_at": now})
-                plain = _plain(stored)
+                plain = u.record_data(stored)
                 body = u.dumps(plain, "record")
                 conn.execute(
                     "INSERT INTO records (key, resource_id, thread_id, scope, version, body, updated_at) "
