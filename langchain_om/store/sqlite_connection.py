@@ -162,8 +162,8 @@ class SQLiteConnection:
             except RuntimeError:  # that loop is closed: nobody waits on it any more
                 pass
 
-    async def _await_release(self) -> bool:
-        """Wait, without a thread, until ``_lock`` is released; True if it was free at once.
+    async def _await_release(self) -> None:
+        """Wait, without a thread, until ``_lock`` is released (at once when it already is).
 
         The waiter is registered before the lock is tried again, so a release between the
         caller's failed try and the registration is not missed (``_wake_waiters``)."""
@@ -176,14 +176,13 @@ class SQLiteConnection:
             with self._waiters_lock:
                 if (loop, future) in self._waiters:
                     self._waiters.remove((loop, future))
-            return True
+            return
         # a holder that took ``_lock`` without passing ``_call`` wakes nobody: look again soon
         timer = loop.call_later(_RELEASE_POLL_S, _resolve, future)
         try:
             await future
         finally:
             timer.cancel()
-        return False
 
     def _checkpoint_due(self, conn: sqlite3.Connection) -> bool:
         return not self.in_memory and conn.total_changes - self._changes_at_checkpoint >= _CHECKPOINT_AFTER_CHANGES
