@@ -40,6 +40,7 @@ from ..engine import ObservationalMemory, OMContext
 from ..engine.step import aturn_end
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
 from ..foundation.context import merge_system_messages
+from . import langsmith_hops
 from .graph import (
     TRIPWIRE_KEY,
     aprocess_on_branch,
@@ -117,11 +118,16 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     only the current turn (the newest human message onwards), since the model's context is
     built from OM's store anyway. Each checkpoint then holds a turn instead of a context
     window: the smallest checkpoints, for long-running agents on a durable checkpointer.
+
+    ``inline_untraced_hooks`` (default on): when LangSmith is not tracing, the ``traceable`` that
+    ``create_agent`` puts around ``awrap_model_call`` runs its set-up and tear-down on the loop
+    instead of two thread hops per model call (``langsmith_hops``; a LangSmith runtime override
+    is set only if none is set yet). Off: LangSmith is left exactly as it is.
     """
 
     def __init__(
         self, om: ObservationalMemory, *, remove_observed: bool = True,
-        keep_in_state: Literal["unobserved", "turn"] = "unobserved",
+        keep_in_state: Literal["unobserved", "turn"] = "unobserved", inline_untraced_hooks: bool = True,
     ) -> None:
         if not isinstance(om, ObservationalMemory):
             raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
@@ -129,6 +135,11 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
             raise TypeError(f"remove_observed: expected a bool, got {type(remove_observed).__name__}")
         if keep_in_state not in ("unobserved", "turn"):
             raise ValueError(f"keep_in_state: expected 'unobserved' or 'turn', got {keep_in_state!r}")
+        if not isinstance(inline_untraced_hooks, bool):
+            raise TypeError(f"inline_untraced_hooks: expected a bool, got {type(inline_untraced_hooks).__name__}")
+        self.inline_untraced_hooks = inline_untraced_hooks  # read by langsmith_hops (HOOK_FLAG)
+        if inline_untraced_hooks:
+            langsmith_hops.install()
         self.om = om
         self.state_schema = OMAgentState
         self.remove_observed = remove_observed
