@@ -13,7 +13,7 @@ call, the agent's model ``--agent-latency`` s (``asyncio.sleep``: a provider lea
 idle). The same run without OM (the bare agent) is measured beside it, so OM's own cost is the
 difference. Figures per run: turns/s, per-turn p50/p95/p99/max, event-loop lag p99/max,
 failed turns, background failures, CPU per turn (process CPU / turns, the scripted models'
-own CPU excluded) and an integrity check (every sent message stored once, none observed
+own CPU and the lag probe thread's excluded) and an integrity check (every sent message stored once, none observed
 twice, none sent to the Observer twice). ``--soak M`` runs M minutes over more threads than
 ``om.cache_limit`` and samples RSS. PostgreSQL needs ``LANGCHAIN_OM_TEST_PG_DSN`` (or
 ``--pg-dsn``) and uses a throw-away schema on it; all traffic stays on this host's loopback.

@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -128,6 +129,8 @@ class LoadResult:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     model_cpu_s: float = 0.0
+    harness_cpu_s: float = 0.0
+    """CPU of the harness's own lag probe thread (``LagProbe``), excluded like the models'."""
     observer_calls: int = 0
     background_done: bool = True
     rss_mb: list[tuple[float, float]] = field(default_factory=list)
@@ -140,7 +143,7 @@ class LoadResult:
 
     @property
     def cpu_per_turn_ms(self) -> float:
-        return 1000 * max(0.0, self.cpu_s - self.model_cpu_s) / max(1, self.turns)
+        return 1000 * max(0.0, self.cpu_s - self.model_cpu_s - self.harness_cpu_s) / max(1, self.turns)
 
 
 class _Capture(logging.Handler):
@@ -173,13 +176,63 @@ def rss_mb() -> float:
         return 0.0
 
 
-async def _watch_loop(lags: list[float], stop: asyncio.Event, tick_s: float = 0.01) -> None:
-    """Event-loop lag: how late a ``sleep(tick)`` wakes up (what every other coroutine also waits)."""
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        before = loop.time()
-        await asyncio.sleep(tick_s)
-        lags.append(max(0.0, (loop.time() - before - tick_s) * 1000))
+class LagProbe:
+    """Event-loop lag, sampled from a thread every ``tick_s``: how late a callback handed to the
+    loop now would run (what every other coroutine also waits).
+
+    A loop waiting in its selector has nothing to run, so its lag is 0: the probe records that
+    without waking it. A ``sleep(tick)`` watcher on the loop itself woke the idle loop 100 times a
+    second; with one user that idle time is the scripted Observer's latency, and each wake costs
+    ~130 us of CPU on a small VM, which a run with OM (longer in wall time) was charged and the bare
+    agent was not. The probe thread's own CPU is measured (``cpu_s``) and excluded like the
+    scripted models'. Loops without a selector to watch fall back to sending every sample."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, lags: list[float], tick_s: float = 0.01) -> None:
+        self.loop, self.lags, self.tick_s = loop, lags, tick_s
+        self.cpu_s = 0.0
+        self._waiting = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="lag-probe", daemon=True)
+        self._selector: Any = getattr(loop, "_selector", None)
+        self._select: Callable[..., Any] | None = None
+
+    def start(self) -> None:
+        if self._selector is not None:
+            select = self._select = self._selector.select
+
+            def watched(timeout: float | None = None) -> Any:
+                self._waiting = True
+                try:
+                    return select(timeout)
+                finally:
+                    self._waiting = False
+
+            self._selector.select = watched
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._select is not None:
+            self._selector.select = self._select
+
+    def _sample(self) -> None:
+        started = time.thread_time()
+        try:
+            while not self._stop.wait(self.tick_s):
+                if self._waiting and self._select is not None:
+                    self.lags.append(0.0)
+                    continue
+                sent = time.perf_counter()
+                try:
+                    self.loop.call_soon_threadsafe(self._arrived, sent)
+                except RuntimeError:  # the loop closed
+                    return
+        finally:
+            self.cpu_s = time.thread_time() - started
+
+    def _arrived(self, sent: float) -> None:
+        self.lags.append((time.perf_counter() - sent) * 1000)
 
 
 def build_om(store: OMStore, plan: LoadPlan, observer: ScriptedObserverModel,
@@ -212,7 +265,7 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
     capture = _Capture(result.background_failures)
     logging.getLogger("langchain_om").addHandler(capture)
     stop = asyncio.Event()
-    watcher = asyncio.create_task(_watch_loop(result.loop_lag_ms, stop))
+    probe = LagProbe(asyncio.get_running_loop(), result.loop_lag_ms)
     deadline = time.monotonic() + plan.duration_s if plan.duration_s else None
     sampler = asyncio.create_task(_sample_rss(result.rss_mb, stop)) if plan.duration_s else None
 
@@ -247,6 +300,7 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
             await one_turn(index, turn)
 
     gc.collect()
+    probe.start()
     cpu0, wall0, model0 = time.process_time(), time.perf_counter(), _Timed.cpu_s
     try:
         await asyncio.gather(*(user(u) for u in range(plan.users)))
@@ -260,7 +314,8 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
         result.wall_s = time.perf_counter() - wall0
         result.model_cpu_s = _Timed.cpu_s - model0
         stop.set()
-        await watcher
+        probe.stop()
+        result.harness_cpu_s = probe.cpu_s
         if sampler is not None:
             await sampler
         logging.getLogger("langchain_om").removeHandler(capture)
