@@ -1,6 +1,6 @@
 """A step's thread head taken from its own append (issue 32 item 2, the checkpointed step).
 
-On SQLite the append reads the thread's owner, incarnation, last ``seq`` and the record's stamp in
+On SQLite and PostgreSQL the append reads the thread's owner, incarnation, last ``seq`` and the record's stamp in
 one statement of its transaction (``SupportsHeadAppend``); the step then skips its own head read
 and the middleware's position after the final answer skips another. These tests hold what that
 shortcut must keep: the head is exactly what a read after the append returns, a record another
@@ -10,6 +10,7 @@ the stored head and record, and the status's spend keys are renamed as before.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from langchain_om import ObservationalMemory
 from langchain_om.foundation.dispatch import _does_nothing
 from langchain_om.foundation.events import StatusData, StatusEvent
 from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
-from langchain_om.store.base import NewMessage, OMRecord, record_key
+from langchain_om.store.base import InvalidStoreInput, NewMessage, OMRecord, record_key
+from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.sqlite import SQLiteStore
 from langchain_om.store.step_fast_paths import SupportsHeadAppend
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
@@ -37,10 +39,14 @@ def _row(mid: str, text: str) -> NewMessage:
     return NewMessage(id=mid, data=message_to_dict(HumanMessage(text, id=mid)), tokens=4)
 
 
+HEAD_STORES = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
+
+
 @pytest.mark.parametrize("lang", LANGUAGES)
-async def test_the_append_head_is_what_a_read_after_it_returns(sqlite_path: Path, lang: str) -> None:
-    """SQLite is the store with ``SupportsHeadAppend``; the others read the head apart."""
-    store = SQLiteStore(sqlite_path)
+@pytest.mark.parametrize("kind", HEAD_STORES)
+async def test_the_append_head_is_what_a_read_after_it_returns(open_store: Any, kind: str, lang: str) -> None:
+    """SQLite and PostgreSQL have ``SupportsHeadAppend``; the in-memory store reads the head apart."""
+    store = await open_store(kind)
     assert isinstance(store, SupportsHeadAppend)
     resource, thread, said, _ = LANGUAGES[lang]
     info = await store.aensure_thread(resource, thread)
@@ -49,21 +55,88 @@ async def test_the_append_head_is_what_a_read_after_it_returns(sqlite_path: Path
     assert [r.seq for r in inserted] == [1]
     assert head == (1, None) == await store.aget_thread_head(resource, thread, thread)
     committed = await store.acommit_record(OMRecord(resource_id=resource, thread_id=thread), expected_version=0)
-    # a row another writer stored first is skipped; the head is still the thread's real last seq
-    again = await store.aappend_with_head(resource, thread, [_row("m1", said), _row("m2", said + " 🙂\x00")],
+    # a row another writer stored first is skipped; the head is still the thread's real last seq;
+    # text jsonb cannot hold (a NUL, a lone surrogate) comes back as it was sent
+    odd = said + " 🙂\x00 \udcff"
+    again = await store.aappend_with_head(resource, thread, [_row("m1", said), _row("m2", odd), _row("m2", "dup")],
                                           info.created_at, thread)
     assert again is not None
     rows, head = again
     assert [(r.id, r.seq) for r in rows] == [("m2", 2)]
     assert head == (2, (committed.version, committed.updated_at))
     assert head == await store.aget_thread_head(resource, thread, thread)
+    assert [r.data for r in await store.aget_messages(resource, thread)] == [_row("m1", said).data, _row("m2", odd).data]
+    assert rows[0].data == _row("m2", odd).data
     # resource scope names the resource's record (none here); nothing to append still answers the head
     assert await store.aappend_with_head(resource, thread, [], info.created_at, None) == ([], (2, None))
     # another incarnation, or another resource's claim on the thread: None, nothing written
     assert await store.aappend_with_head(resource, thread, [_row("m3", said)], committed.updated_at, thread) is None
     assert await store.aappend_with_head("someone-else", thread, [_row("m3", said)], info.created_at, thread) is None
+    assert await store.aappend_with_head(resource, "never-made", [_row("m3", said)], info.created_at, thread) is None
     assert [r.id for r in await store.aget_messages(resource, thread)] == ["m1", "m2"]
-    await store.aclose()
+    assert await store.aget_messages("someone-else", thread) == []
+    assert await store.aget_thread(resource, "never-made") is None
+    # the rows are searchable like any append's, in both languages
+    hits = await store.asearch_messages(resource, "Lisbon" if lang == "en" else "リスボン", thread_id=thread)
+    assert {h.message.id for h in hits} >= {"m1"}
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+@pytest.mark.parametrize("kind", HEAD_STORES)
+async def test_an_append_past_the_checkpoint_position_writes_nothing(open_store: Any, kind: str, lang: str) -> None:
+    """``at_most`` (the integrations' deferred fork check): when the thread's last seq is above it,
+    the append stores nothing and answers the head that refused it; at or below it, it appends."""
+    store = await open_store(kind)
+    resource, thread, said, asked = LANGUAGES[lang]
+    info = await store.aensure_thread(resource, thread)
+    await store.aappend_with_head(resource, thread, [_row("m1", said), _row("m2", asked)], info.created_at, thread)
+    refused = await store.aappend_with_head(resource, thread, [_row("m3", "🙂")], info.created_at, thread, at_most=1)
+    assert refused == ([], (2, None))
+    assert [r.id for r in await store.aget_messages(resource, thread)] == ["m1", "m2"]
+    taken = await store.aappend_with_head(resource, thread, [_row("m3", "🙂")], info.created_at, thread, at_most=2)
+    assert taken is not None and [(r.id, r.seq) for r in taken[0]] == [("m3", 3)] and taken[1] == (3, None)
+    with pytest.raises(InvalidStoreInput, match="at_most"):
+        await store.aappend_with_head(resource, thread, [_row("m4", said)], info.created_at, thread, at_most=-1)
+    assert await store.alast_seq(resource, thread) == 3
+
+
+@pytest.mark.parametrize("kind", HEAD_STORES)
+async def test_concurrent_head_appends_keep_seq_order_and_the_position_check(open_store: Any, kind: str) -> None:
+    """Two workers append to one thread at once (each its own store on the same database): every
+    row is stored once with seqs 1..n, each answer's head is its own last row, and an append
+    checked against a position some other append already passed writes nothing."""
+    first = await open_store(kind)
+    if kind == "sqlite":
+        second: Any = SQLiteStore(first.path)  # type: ignore[attr-defined]
+    else:
+        second = PostgresStore(first._dsn, schema=first.schema)  # type: ignore[attr-defined]
+    info = await first.aensure_thread("ユーザー", "スレッド")
+    try:
+        async def worker(store: Any, name: str) -> list[tuple[list[Any], Any]]:
+            answers = []
+            for turn in range(8):
+                rows = [_row(f"{name}-{turn}-{i}", f"{name} 京都 {turn} 🙂") for i in range(2)]
+                answer = await store.aappend_with_head("ユーザー", "スレッド", rows, info.created_at, "スレッド")
+                assert answer is not None
+                answers.append(answer)
+            return answers
+
+        answers = [*await worker(first, "warmup")]
+        answers = [a for batch in await asyncio.gather(worker(first, "a"), worker(second, "b")) for a in batch]
+        stored = await first.aget_messages("ユーザー", "スレッド")
+        assert [r.seq for r in stored] == list(range(1, 49))
+        assert len({r.id for r in stored}) == 48
+        for inserted, head in answers:
+            assert [r.seq for r in inserted] == [head[0] - 1, head[0]]
+            assert [r.seq for r in stored if r.id in {i.id for i in inserted}] == [r.seq for r in inserted]
+        # racing appends checked against the same position: exactly one stores its rows
+        racing = await asyncio.gather(*(store.aappend_with_head("ユーザー", "スレッド", [_row(f"race-{n}", "x")],
+                                                                 info.created_at, "スレッド", at_most=48)
+                                        for n, store in enumerate([first, second, first, second])))
+        assert sorted(len(r[0]) for r in racing if r is not None) == [0, 0, 0, 1]
+        assert await first.alast_seq("ユーザー", "スレッド") == 49
+    finally:
+        await second.aclose()
 
 
 def _om(path: Path) -> ObservationalMemory:

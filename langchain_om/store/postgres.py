@@ -43,7 +43,14 @@ from .base import (
     utcnow,
 )
 from .known import stored_fingerprint
-from .postgres_append import MessageRow, claim_and_read, read_incarnation, write_rows
+from .postgres_append import (
+    MessageRow,
+    PostgresHeadAppend,
+    claim_and_read,
+    read_incarnation,
+    search_entries,
+    write_rows,
+)
 from .postgres_cjk import CJK_TABLE, index_cjk
 from .postgres_connection import DSN_ENV as DSN_ENV
 from .postgres_known import PostgresFieldLookup
@@ -58,7 +65,6 @@ from .search import (
     check_space,
     check_vector_items,
     search_arguments,
-    search_text,
 )
 from .thread_summaries import PostgresThreadListing
 
@@ -114,14 +120,7 @@ def _message(row: dict[str, Any]) -> StoredMessage:
 
 
 
-def _search_entries(
-    resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str
-) -> list[tuple[str, str, str, str]]:
-    """The keyword index rows (``INSERT_SEARCH``'s parameters) of one message: none without text."""
-    text = search_text(data, kind)
-    return [(resource_id, thread_id, message_id, text)] if text else []
-
-class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSegments):
+class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListing, PostgresVectorSegments):
     """``OMStore`` on PostgreSQL; safe for many workers and processes on one database."""
 
     @classmethod
@@ -358,7 +357,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
                 last += 1
                 rows.append((message.id, resource_id, thread_id, last, message.kind, data, message.tokens,
                              message.created_at, stored_fingerprint(message.data)))
-                entries.extend(_search_entries(resource_id, thread_id, message.id, message.data, message.kind))
+                entries.extend(search_entries(resource_id, thread_id, message.id, message.data, message.kind))
                 inserted.append(
                     StoredMessage(
                         id=message.id,
@@ -469,7 +468,7 @@ class PostgresStore(PostgresFieldLookup, PostgresThreadListing, PostgresVectorSe
     ) -> None:
         """An edited message's keyword index entry, rewritten in place (its ``pos``, the recency
         search ranks candidates by, stays), added if it had none, removed if it has no text now."""
-        entries = _search_entries(resource_id, thread_id, message_id, data, kind)
+        entries = search_entries(resource_id, thread_id, message_id, data, kind)
         await cur.execute(
             self._q(f"DELETE FROM {{s}}.{CJK_TABLE} WHERE thread_id = %s AND message_id = %s AND resource_id = %s"),
             (thread_id, message_id, resource_id),

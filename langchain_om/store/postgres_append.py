@@ -8,6 +8,12 @@ one read that claims the thread and reads its owner, the ids already stored and 
 thread's ``updated_at`` (a statement with data-modifying CTEs), then COMMIT. A large batch (a cold step
 handing over a long history) writes with ``executemany`` instead, which psycopg pipelines and
 which stays clear of PostgreSQL's limit on parameters per statement.
+
+``PostgresHeadAppend.aappend_with_head`` (``SupportsHeadAppend``, a warm step's append) is one round
+trip: the advisory lock and one statement that checks the incarnation and the checkpoint's
+position, numbers and stores the rows the thread lacks, indexes them and reads the head, sent as
+one simple query (``_script``: client-side binding, one implicit transaction). The rows go as
+arrays (``unnest``), so the statement's text is the same for every batch size.
 """
 
 from __future__ import annotations
@@ -19,10 +25,15 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from . import _util as u
 from ._util import to_utc
-from .base import InvalidStoreInput, utcnow
+from .base import InvalidStoreInput, NewMessage, StoredMessage, record_key, utcnow
+from .known import stored_fingerprint
 from .postgres_cjk import INSERT_CJK, cjk_entries
-from .postgres_schema import INSERT_SEARCH, SEARCH_CONFIG, Cursor, jsonb
+from .postgres_connection import PostgresConnection
+from .postgres_schema import INSERT_SEARCH, SEARCH_CONFIG, Cursor, jsonb, stored_json_text
+from .search import search_text
+from .step_fast_paths import ThreadHead
 
 Query = Callable[[str], sql.Composed]
 MessageRow = tuple[str, str, str, int, str, Jsonb, int, datetime, str | None]
@@ -117,3 +128,98 @@ async def write_rows(
     params.extend(value for row in rows for value in row)
     await cur.execute(q(f"WITH {', '.join(ctes)} INSERT INTO {{s}}.messages ({_MESSAGE_COLUMNS}) VALUES {values}"),
                       params)
+
+
+def search_entries(
+    resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], kind: str
+) -> list[SearchRow]:
+    """The keyword index rows (``INSERT_SEARCH``'s parameters) of one message: none without text."""
+    text = search_text(data, kind)
+    return [(resource_id, thread_id, message_id, text)] if text else []
+
+
+# The statement after the lock: ``head`` reads the owner, incarnation and last seq (this statement's
+# snapshot is taken after the lock, so it sees every committed append) and the record's stamp;
+# ``fresh`` numbers the rows the thread lacks, and only when the incarnation is the caller's and the
+# last seq is at most ``at_most``; the other CTEs write them, their index rows and ``updated_at``.
+_HEAD_APPEND = (
+    "WITH head AS (SELECT t.resource_id AS owner, t.created_at, "
+    "(SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = %(thread)s) AS last, "
+    "r.version, r.updated_at FROM (SELECT 1) AS one "
+    "LEFT JOIN {s}.threads AS t ON t.thread_id = %(thread)s "
+    "LEFT JOIN {s}.records AS r ON r.key = %(key)s AND r.resource_id = %(resource)s), "
+    "fresh AS (SELECT v.id, v.kind, v.data::jsonb AS data, v.tokens, v.created_at, v.fingerprint, "
+    "head.last + row_number() OVER (ORDER BY v.n) AS seq FROM head, "
+    "unnest(%(ids)s::text[], %(kinds)s::text[], %(data)s::text[], %(tokens)s::bigint[], "
+    "%(times)s::timestamptz[], %(prints)s::text[]) WITH ORDINALITY "
+    "AS v(id, kind, data, tokens, created_at, fingerprint, n) "
+    "WHERE head.owner = %(resource)s AND head.created_at = %(born)s "
+    "AND (%(at_most)s::bigint IS NULL OR head.last <= %(at_most)s::bigint) "
+    "AND NOT EXISTS (SELECT 1 FROM {s}.messages AS m WHERE m.thread_id = %(thread)s AND m.id = v.id)), "
+    f"added AS (INSERT INTO {{s}}.messages ({_MESSAGE_COLUMNS}) SELECT id, %(resource)s, %(thread)s, seq, kind, "
+    "data, tokens, created_at, fingerprint FROM fresh), "
+    "touched AS (UPDATE {s}.threads SET updated_at = %(now)s WHERE thread_id = %(thread)s "
+    "AND EXISTS (SELECT 1 FROM fresh)), "
+    "searched AS (INSERT INTO {s}.message_search (resource_id, thread_id, message_id, search) "
+    f"SELECT %(resource)s, %(thread)s, e.id, to_tsvector('{SEARCH_CONFIG}', e.text) "
+    "FROM unnest(%(search_ids)s::text[], %(search_texts)s::text[]) AS e(id, text) "
+    "WHERE e.id IN (SELECT id FROM fresh)), "
+    "cjk AS (INSERT INTO {s}.message_search_cjk (resource_id, thread_id, message_id, search) "
+    "SELECT %(resource)s, %(thread)s, c.id, c.search::tsvector "
+    "FROM unnest(%(cjk_ids)s::text[], %(cjk_vectors)s::text[]) AS c(id, search) "
+    "WHERE c.id IN (SELECT id FROM fresh) ON CONFLICT (thread_id, message_id) DO NOTHING) "
+    "SELECT owner, created_at AT TIME ZONE 'UTC' AS created_at, last, version, "
+    "updated_at AT TIME ZONE 'UTC' AS updated_at, ARRAY(SELECT id FROM fresh ORDER BY seq) AS added FROM head"
+)
+_LOCK_THEN_HEAD_APPEND = "SELECT pg_advisory_xact_lock(hashtext(%(thread)s)); " + _HEAD_APPEND
+
+
+class PostgresHeadAppend(PostgresConnection):
+    """``SupportsHeadAppend`` on PostgreSQL: a warm step's append in one round trip."""
+
+    async def aappend_with_head(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
+        record_thread: str | None, at_most: int | None = None,
+    ) -> tuple[list[StoredMessage], ThreadHead] | None:
+        """``SupportsHeadAppend``: the lock, the checks, the rows and the head in one simple query."""
+        resource_id, thread_id = u.check_ids(resource_id, thread_id)
+        _, record_thread = u.check_record_ids(resource_id, record_thread)
+        limit = u.check_optional_count(at_most, "at_most")
+        encoded = u.check_messages_json(messages)
+        if not isinstance(born, datetime) or born.utcoffset() is None:
+            return None  # no stored incarnation equals a naive (or missing) instant
+        batch: dict[str, tuple[NewMessage, str]] = {}
+        for message, text in encoded:  # an id given twice is stored once, at its first place
+            batch.setdefault(message.id, (message, text))
+        entries: list[SearchRow] = []
+        for message, _ in batch.values():
+            entries.extend(search_entries(resource_id, thread_id, message.id, message.data, message.kind))
+        cjk = cjk_entries(entries)
+        rows = list(batch.values())
+        params = {
+            "thread": thread_id, "resource": resource_id, "key": record_key(resource_id, record_thread),
+            "born": born, "at_most": limit, "now": utcnow(),
+            "ids": [m.id for m, _ in rows], "kinds": [m.kind for m, _ in rows],
+            "data": [stored_json_text(text, m.data) for m, text in rows],
+            "tokens": [m.tokens for m, _ in rows], "times": [m.created_at for m, _ in rows],
+            "prints": [stored_fingerprint(m.data) for m, _ in rows],
+            "search_ids": [e[2] for e in entries], "search_texts": [e[3] for e in entries],
+            "cjk_ids": [e[2] for e in cjk], "cjk_vectors": [e[3] for e in cjk],
+        }
+        async with self._script() as cur:
+            await cur.execute(self._q(_LOCK_THEN_HEAD_APPEND), params)
+            cur.nextset()  # past the lock's row
+            found = await cur.fetchone()
+        assert found is not None  # one row whatever is stored
+        if found["owner"] != resource_id or to_utc(found["created_at"]) != born:
+            return None  # another incarnation (or none): nothing was written, the caller re-checks
+        stamp = (int(found["version"]), to_utc(found["updated_at"])) if found["version"] is not None else None
+        last = int(found["last"])
+        added = list(found["added"] or ())
+        inserted = []
+        for index, mid in enumerate(added, start=1):
+            message = batch[mid][0]
+            inserted.append(StoredMessage(id=mid, thread_id=thread_id, resource_id=resource_id, seq=last + index,
+                                          data=message.data, tokens=message.tokens, created_at=message.created_at,
+                                          kind=message.kind))
+        return inserted, (last + len(inserted), stamp)

@@ -157,6 +157,23 @@ class PostgresConnection:
             raise StoreError(f"PostgreSQL error: {exc}") from exc
 
     @asynccontextmanager
+    async def _script(self) -> AsyncIterator[Cursor]:
+        """A cursor that binds parameters on the client (``psycopg.AsyncClientCursor``), so one
+        execute may send several statements as one simple query: one round trip, and PostgreSQL
+        runs them as one implicit transaction (committed after the last, rolled back on an error),
+        each statement with its own snapshot under READ COMMITTED. ``_tx`` costs BEGIN and COMMIT
+        as round trips of their own; server-side parameters allow one statement per execute."""
+        if not self._setup_done:
+            await self.asetup()
+        assert self._pool is not None
+        try:
+            async with self._pool.connection() as conn:
+                async with psycopg.AsyncClientCursor(conn, row_factory=dict_row) as cur:
+                    yield cur
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error: {exc}") from exc
+
+    @asynccontextmanager
     async def _locked_tx(self, lock: str) -> AsyncIterator[Cursor]:
         """``_tx`` that holds the advisory lock ``hashtext(lock)`` from its start: BEGIN and the
         lock go in one round trip (two statements of one simple query, the text quoted as a

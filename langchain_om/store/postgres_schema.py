@@ -41,6 +41,14 @@ def jsonb_text(text: str, *, wrapped: bool = False) -> Jsonb:
     return Jsonb(text, dumps=_verbatim)
 
 
+def stored_json_text(text: str, value: Any) -> str:
+    """The JSON text ``jsonb_text`` would send for ``value`` dumped as ``text``, as text (for a
+    statement that casts it to jsonb itself: an array of rows goes as ``text[]``)."""
+    if u.is_wrapped(value) or u.jsonb_unsafe(text):
+        return u.dumps(u.wrap_json_text(text), "data")
+    return text
+
+
 def _verbatim(text: str) -> str:
     return text
 
