@@ -65,7 +65,8 @@ async def test_the_append_head_is_what_a_read_after_it_returns(open_store: Any, 
     assert [(r.id, r.seq) for r in rows] == [("m2", 2)]
     assert head == (2, (committed.version, committed.updated_at))
     assert head == await store.aget_thread_head(resource, thread, thread)
-    assert [r.data for r in await store.aget_messages(resource, thread)] == [_row("m1", said).data, _row("m2", odd).data]
+    stored = await store.aget_messages(resource, thread)
+    assert [r.data for r in stored] == [_row("m1", said).data, _row("m2", odd).data]
     assert rows[0].data == _row("m2", odd).data
     # resource scope names the resource's record (none here); nothing to append still answers the head
     assert await store.aappend_with_head(resource, thread, [], info.created_at, None) == ([], (2, None))
@@ -106,10 +107,7 @@ async def test_concurrent_head_appends_keep_seq_order_and_the_position_check(ope
     row is stored once with seqs 1..n, each answer's head is its own last row, and an append
     checked against a position some other append already passed writes nothing."""
     first = await open_store(kind)
-    if kind == "sqlite":
-        second: Any = SQLiteStore(first.path)  # type: ignore[attr-defined]
-    else:
-        second = PostgresStore(first._dsn, schema=first.schema)  # type: ignore[attr-defined]
+    second = _twin(first)
     info = await first.aensure_thread("ユーザー", "スレッド")
     try:
         async def worker(store: Any, name: str) -> list[tuple[list[Any], Any]]:
@@ -139,21 +137,31 @@ async def test_concurrent_head_appends_keep_seq_order_and_the_position_check(ope
         await second.aclose()
 
 
-def _om(path: Path) -> ObservationalMemory:
-    return ObservationalMemory(SQLiteStore(path), model=ScriptedObserverModel(),
+def _twin(store: Any) -> Any:
+    """Another worker's store on the same database."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path)
+    return PostgresStore(store._dsn, schema=store.schema)
+
+
+def _om(path: Path | Any) -> ObservationalMemory:
+    store = SQLiteStore(path) if isinstance(path, Path) else path
+    return ObservationalMemory(store, model=ScriptedObserverModel(),
                                observation={"message_tokens": 30_000, "buffer_tokens": False},
                                reflection={"observation_tokens": 40_000}, token_counter="estimator")
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
+@pytest.mark.parametrize("kind", HEAD_STORES)
 async def test_a_record_another_worker_committed_between_turns_reaches_the_next_step(
-        tmp_path: Path, lang: str) -> None:
+        open_store: Any, kind: str, lang: str) -> None:
     """Worker B observes the thread between two of worker A's turns. A's next step takes the
     record's stamp from its append: the stamp differs from A's cached record, so A reads B's record
     and its model sees B's observations; the checkpoint's position names B's record and the
     thread's stored last seq (nothing read apart from the appends)."""
     resource, thread, said, asked = LANGUAGES[lang]
-    worker_a, worker_b = _om(tmp_path / "shared.db"), _om(tmp_path / "shared.db")
+    shared = await open_store(kind)
+    worker_a, worker_b = _om(shared), _om(_twin(shared))
     model = ScriptedAgentModel()
     agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(worker_a)],
                          checkpointer=InMemorySaver())
