@@ -57,7 +57,7 @@ async def test_the_append_head_is_what_a_read_after_it_returns(open_store: Any, 
     committed = await store.acommit_record(OMRecord(resource_id=resource, thread_id=thread), expected_version=0)
     # a row another writer stored first is skipped; the head is still the thread's real last seq;
     # text jsonb cannot hold (a NUL, a lone surrogate) comes back as it was sent
-    odd = said + " 🙂\x00 \udcff"
+    odd = said + " 🙂\x00 \udcff 'quoted' back\\slash"
     again = await store.aappend_with_head(resource, thread, [_row("m1", said), _row("m2", odd), _row("m2", "dup")],
                                           info.created_at, thread)
     assert again is not None
@@ -99,6 +99,24 @@ async def test_an_append_past_the_checkpoint_position_writes_nothing(open_store:
     with pytest.raises(InvalidStoreInput, match="at_most"):
         await store.aappend_with_head(resource, thread, [_row("m4", said)], info.created_at, thread, at_most=-1)
     assert await store.alast_seq(resource, thread) == 3
+
+
+@pytest.mark.parametrize("kind", HEAD_STORES)
+async def test_a_long_history_in_one_head_append_is_numbered_indexed_and_skipped(open_store: Any, kind: str) -> None:
+    """A cold caller can hand a long history to one append: every row numbered in order, rows the
+    thread holds skipped, each found by its words in English and Japanese."""
+    store = await open_store(kind)
+    info = await store.aensure_thread("r1", "t1")
+    rows = [_row(f"m{i}", f"row {i}: tram ticket 路面電車の切符{i}") for i in range(100)]
+    first = await store.aappend_with_head("r1", "t1", rows[:30], info.created_at, "t1")
+    assert first is not None and first[1] == (30, None)
+    inserted, head = await store.aappend_with_head("r1", "t1", rows, info.created_at, "t1") or ([], None)
+    assert [(r.id, r.seq) for r in inserted] == [(f"m{i}", i + 1) for i in range(30, 100)]
+    assert head == (100, None) == await store.aget_thread_head("r1", "t1", "t1")
+    assert [r.id for r in await store.aget_messages("r1", "t1")] == [f"m{i}" for i in range(100)]
+    for word in ("tram", "路面電車"):
+        hits = await store.asearch_messages("r1", word, thread_id="t1", limit=200)
+        assert {h.message.id for h in hits} == {f"m{i}" for i in range(100)}, word
 
 
 @pytest.mark.parametrize("kind", HEAD_STORES)

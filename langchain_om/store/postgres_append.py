@@ -18,6 +18,7 @@ arrays (``unnest``), so the statement's text is the same for every batch size.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -142,17 +143,17 @@ def search_entries(
 # snapshot is taken after the lock, so it sees every committed append) and the record's stamp;
 # ``fresh`` numbers the rows the thread lacks, and only when the incarnation is the caller's and the
 # last seq is at most ``at_most``; the other CTEs write them, their index rows and ``updated_at``.
+# The rows come as one JSON array (``_rows_json``): one literal to quote, where arrays of each
+# column cost psycopg's Python array dumper more CPU than the rest of the append.
 _HEAD_APPEND = (
     "WITH head AS (SELECT t.resource_id AS owner, t.created_at, "
     "(SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = %(thread)s) AS last, "
     "r.version, r.updated_at FROM (SELECT 1) AS one "
     "LEFT JOIN {s}.threads AS t ON t.thread_id = %(thread)s "
     "LEFT JOIN {s}.records AS r ON r.key = %(key)s AND r.resource_id = %(resource)s), "
-    "fresh AS (SELECT v.id, v.kind, v.data::jsonb AS data, v.tokens, v.created_at, v.fingerprint, "
-    "head.last + row_number() OVER (ORDER BY v.n) AS seq FROM head, "
-    "unnest(%(ids)s::text[], %(kinds)s::text[], %(data)s::text[], %(tokens)s::bigint[], "
-    "%(times)s::timestamptz[], %(prints)s::text[]) WITH ORDINALITY "
-    "AS v(id, kind, data, tokens, created_at, fingerprint, n) "
+    "fresh AS (SELECT v.*, head.last + row_number() OVER (ORDER BY v.n) AS seq FROM head, "
+    "jsonb_to_recordset(%(rows)s::jsonb) AS v(n bigint, id text, kind text, tokens bigint, "
+    "created_at timestamptz, fingerprint text, search text, cjk text, data jsonb) "
     "WHERE head.owner = %(resource)s AND head.created_at = %(born)s "
     "AND (%(at_most)s::bigint IS NULL OR head.last <= %(at_most)s::bigint) "
     "AND NOT EXISTS (SELECT 1 FROM {s}.messages AS m WHERE m.thread_id = %(thread)s AND m.id = v.id)), "
@@ -161,17 +162,34 @@ _HEAD_APPEND = (
     "touched AS (UPDATE {s}.threads SET updated_at = %(now)s WHERE thread_id = %(thread)s "
     "AND EXISTS (SELECT 1 FROM fresh)), "
     "searched AS (INSERT INTO {s}.message_search (resource_id, thread_id, message_id, search) "
-    f"SELECT %(resource)s, %(thread)s, e.id, to_tsvector('{SEARCH_CONFIG}', e.text) "
-    "FROM unnest(%(search_ids)s::text[], %(search_texts)s::text[]) AS e(id, text) "
-    "WHERE e.id IN (SELECT id FROM fresh)), "
+    f"SELECT %(resource)s, %(thread)s, id, to_tsvector('{SEARCH_CONFIG}', search) FROM fresh "
+    "WHERE search IS NOT NULL), "
     "cjk AS (INSERT INTO {s}.message_search_cjk (resource_id, thread_id, message_id, search) "
-    "SELECT %(resource)s, %(thread)s, c.id, c.search::tsvector "
-    "FROM unnest(%(cjk_ids)s::text[], %(cjk_vectors)s::text[]) AS c(id, search) "
-    "WHERE c.id IN (SELECT id FROM fresh) ON CONFLICT (thread_id, message_id) DO NOTHING) "
+    "SELECT %(resource)s, %(thread)s, id, cjk::tsvector FROM fresh WHERE cjk IS NOT NULL "
+    "ON CONFLICT (thread_id, message_id) DO NOTHING) "
     "SELECT owner, created_at AT TIME ZONE 'UTC' AS created_at, last, version, "
     "updated_at AT TIME ZONE 'UTC' AS updated_at, ARRAY(SELECT id FROM fresh ORDER BY seq) AS added FROM head"
 )
 _LOCK_THEN_HEAD_APPEND = "SELECT pg_advisory_xact_lock(hashtext(%(thread)s)); " + _HEAD_APPEND
+
+
+def _rows_json(resource_id: str, thread_id: str, rows: Sequence[tuple[NewMessage, str]]) -> str:
+    """The rows as one JSON array for ``_HEAD_APPEND``: each row's columns, its keyword index texts
+    (``search_entries``, ``cjk_entries``) and its data as the JSON text the row stores."""
+    entries: list[SearchRow] = []
+    for message, _ in rows:
+        entries.extend(search_entries(resource_id, thread_id, message.id, message.data, message.kind))
+    searched = {entry[2]: entry[3] for entry in entries}
+    vectors = {entry[2]: entry[3] for entry in cjk_entries(entries)}
+    parts = []
+    for n, (message, text) in enumerate(rows):
+        columns = json.dumps({
+            "n": n, "id": message.id, "kind": message.kind, "tokens": message.tokens,
+            "created_at": u.iso(message.created_at), "fingerprint": stored_fingerprint(message.data),
+            "search": searched.get(message.id), "cjk": vectors.get(message.id),
+        })
+        parts.append(f"{columns[:-1]}, \"data\": {stored_json_text(text, message.data)}}}")
+    return f"[{', '.join(parts)}]"
 
 
 class PostgresHeadAppend(PostgresConnection):
@@ -191,20 +209,10 @@ class PostgresHeadAppend(PostgresConnection):
         batch: dict[str, tuple[NewMessage, str]] = {}
         for message, text in encoded:  # an id given twice is stored once, at its first place
             batch.setdefault(message.id, (message, text))
-        entries: list[SearchRow] = []
-        for message, _ in batch.values():
-            entries.extend(search_entries(resource_id, thread_id, message.id, message.data, message.kind))
-        cjk = cjk_entries(entries)
-        rows = list(batch.values())
         params = {
             "thread": thread_id, "resource": resource_id, "key": record_key(resource_id, record_thread),
             "born": born, "at_most": limit, "now": utcnow(),
-            "ids": [m.id for m, _ in rows], "kinds": [m.kind for m, _ in rows],
-            "data": [stored_json_text(text, m.data) for m, text in rows],
-            "tokens": [m.tokens for m, _ in rows], "times": [m.created_at for m, _ in rows],
-            "prints": [stored_fingerprint(m.data) for m, _ in rows],
-            "search_ids": [e[2] for e in entries], "search_texts": [e[3] for e in entries],
-            "cjk_ids": [e[2] for e in cjk], "cjk_vectors": [e[3] for e in cjk],
+            "rows": _rows_json(resource_id, thread_id, list(batch.values())),
         }
         async with self._script() as cur:
             await cur.execute(self._q(_LOCK_THEN_HEAD_APPEND), params)
