@@ -5,8 +5,8 @@ Everything lives in its own schema (``langchain_om`` by default). Concurrency ru
 - ``acommit_record`` locks the record row (``SELECT ... FOR UPDATE``; a create races through
   ``INSERT ... ON CONFLICT DO NOTHING``), compares versions and marks messages observed in the
   same transaction, so exactly one of two racing workers wins a version.
-- ``aappend_messages`` and ``aappend_with_head`` take ``pg_advisory_xact_lock(hashtext(thread_id))`` so ``seq`` numbers
-  of a thread are assigned by one transaction at a time.
+- ``aappend_messages`` and ``aappend_with_head`` take ``pg_advisory_xact_lock(hashtext(thread_id))``
+  so ``seq`` numbers of a thread are assigned by one transaction at a time.
 - Schema creation and migration run under an advisory lock, so workers starting together are safe.
 
 All values are bound parameters; the schema name is quoted with ``psycopg.sql.Identifier``.
@@ -117,7 +117,6 @@ def _message(row: dict[str, Any]) -> StoredMessage:
         observed=row["observed"],
         observed_at=u.to_utc(row["observed_at"]) if row["observed_at"] is not None else None,
     )
-
 
 
 class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListing, PostgresVectorSegments):

@@ -12,8 +12,8 @@ which stays clear of PostgreSQL's limit on parameters per statement.
 ``PostgresHeadAppend.aappend_with_head`` (``SupportsHeadAppend``, a warm step's append) is one round
 trip: the advisory lock and one statement that checks the incarnation and the checkpoint's
 position, numbers and stores the rows the thread lacks, indexes them and reads the head, sent as
-one simple query (``_script``: client-side binding, one implicit transaction). The rows go as
-arrays (``unnest``), so the statement's text is the same for every batch size.
+one simple query (``_script``: client-side binding, one implicit transaction). The rows go as one
+JSON array, so the statement's text is the same for every batch size.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ class SupportsHeadAppend(Protocol):
 
     A step reads that head right after appending (the window's refresh and the record check), and
     the middleware again after the turn's final answer (the checkpoint's position): on SQLite two
-    more statements and inline calls per turn, for values the append's transaction already holds."""
+    more statements and inline calls per turn, for values the append's transaction already holds;
+    on PostgreSQL two more round trips, and the fork check's read (``at_most``) a third."""
 
     async def aappend_with_head(
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
