@@ -25,7 +25,9 @@ from langchain_om.store import (
     postgres_fingerprints,
     postgres_schema,
 )
+from langchain_om.store import postgres_append
 from langchain_om.store import postgres as pg
+from langchain_om.store.base import record_key
 
 pytestmark = pytest.mark.postgres
 
@@ -123,6 +125,24 @@ async def test_the_id_lookup_reads_only_the_asked_ids(loaded: PostgresStore, pg_
     found = await loaded.aget_messages_by_ids(R, T, wanted)
     assert sorted(m.seq for m in found) == [HISTORY - 1, HISTORY]
     assert await loaded.aget_messages_by_ids("another-resource", T, wanted) == [], "the resource is still checked"
+
+
+async def test_the_head_append_reads_only_the_rows_it_checks_and_writes(loaded: PostgresStore, pg_dsn: str,
+                                                                          pg_schema: str) -> None:
+    """A warm step's append (``aappend_with_head``): the last seq, the ids it checks and the rows it
+    writes, whatever the thread holds; and what it writes is what the store then returns."""
+    await _no_statistics(pg_dsn, pg_schema)
+    thread = await loaded.aget_thread(R, T)
+    assert thread is not None
+    batch = [(m, json.dumps(m.data, separators=(",", ":"))) for m in [*_rows(HISTORY - 1, HISTORY), *_rows(
+        HISTORY, HISTORY + 2)]]  # one row the thread holds, two new ones
+    params = {"thread": T, "resource": R, "key": record_key(R, T), "born": thread.created_at, "at_most": None,
+              "now": thread.updated_at, "rows": postgres_append.rows_json(R, T, batch)}
+    plan = await _plan(pg_dsn, pg_schema, postgres_append.HEAD_APPEND_SQL, params)
+    assert _rows_read(plan) <= 60, json.dumps(plan, indent=1)
+    inserted, head = await loaded.aappend_with_head(R, T, [m for m, _ in batch], thread.created_at, T) or ([], None)
+    assert [(m.id, m.seq) for m in inserted] == [(f"m{HISTORY}", HISTORY + 1), (f"m{HISTORY + 1}", HISTORY + 2)]
+    assert head is not None and head[0] == HISTORY + 2 == await loaded.alast_seq(R, T)
 
 
 async def test_migration_6_sets_each_threads_observed_prefix(pg_dsn: str, pg_schema: str,

@@ -143,9 +143,11 @@ def search_entries(
 # snapshot is taken after the lock, so it sees every committed append) and the record's stamp;
 # ``fresh`` numbers the rows the thread lacks, and only when the incarnation is the caller's and the
 # last seq is at most ``at_most``; the other CTEs write them, their index rows and ``updated_at``.
-# The rows come as one JSON array (``_rows_json``): one literal to quote, where arrays of each
-# column cost psycopg's Python array dumper more CPU than the rest of the append.
-_HEAD_APPEND = (
+# The rows come as one JSON array (``rows_json``): one literal to quote, where arrays of each
+# column cost psycopg's Python array dumper more CPU than the rest of the append. A row the thread
+# holds is found by a correlated subquery, one (thread_id, id) key lookup per row: as NOT EXISTS the
+# planner made it a hash anti-join over every message of the thread (tests/test_pg_bounded_history.py).
+HEAD_APPEND_SQL = (
     "WITH head AS (SELECT t.resource_id AS owner, t.created_at, "
     "(SELECT COALESCE(MAX(seq), 0) FROM {s}.messages WHERE thread_id = %(thread)s) AS last, "
     "r.version, r.updated_at FROM (SELECT 1) AS one "
@@ -156,7 +158,7 @@ _HEAD_APPEND = (
     "created_at timestamptz, fingerprint text, search text, cjk text, data jsonb) "
     "WHERE head.owner = %(resource)s AND head.created_at = %(born)s "
     "AND (%(at_most)s::bigint IS NULL OR head.last <= %(at_most)s::bigint) "
-    "AND NOT EXISTS (SELECT 1 FROM {s}.messages AS m WHERE m.thread_id = %(thread)s AND m.id = v.id)), "
+    "AND (SELECT 1 FROM {s}.messages AS m WHERE m.thread_id = %(thread)s AND m.id = v.id) IS NULL), "
     f"added AS (INSERT INTO {{s}}.messages ({_MESSAGE_COLUMNS}) SELECT id, %(resource)s, %(thread)s, seq, kind, "
     "data, tokens, created_at, fingerprint FROM fresh), "
     "touched AS (UPDATE {s}.threads SET updated_at = %(now)s WHERE thread_id = %(thread)s "
@@ -170,11 +172,11 @@ _HEAD_APPEND = (
     "SELECT owner, created_at AT TIME ZONE 'UTC' AS created_at, last, version, "
     "updated_at AT TIME ZONE 'UTC' AS updated_at, ARRAY(SELECT id FROM fresh ORDER BY seq) AS added FROM head"
 )
-_LOCK_THEN_HEAD_APPEND = "SELECT pg_advisory_xact_lock(hashtext(%(thread)s)); " + _HEAD_APPEND
+_LOCK_THEN_HEAD_APPEND = "SELECT pg_advisory_xact_lock(hashtext(%(thread)s)); " + HEAD_APPEND_SQL
 
 
-def _rows_json(resource_id: str, thread_id: str, rows: Sequence[tuple[NewMessage, str]]) -> str:
-    """The rows as one JSON array for ``_HEAD_APPEND``: each row's columns, its keyword index texts
+def rows_json(resource_id: str, thread_id: str, rows: Sequence[tuple[NewMessage, str]]) -> str:
+    """The rows as one JSON array for ``HEAD_APPEND_SQL``: each row's columns, its keyword index texts
     (``search_entries``, ``cjk_entries``) and its data as the JSON text the row stores."""
     entries: list[SearchRow] = []
     for message, _ in rows:
@@ -212,7 +214,7 @@ class PostgresHeadAppend(PostgresConnection):
         params = {
             "thread": thread_id, "resource": resource_id, "key": record_key(resource_id, record_thread),
             "born": born, "at_most": limit, "now": utcnow(),
-            "rows": _rows_json(resource_id, thread_id, list(batch.values())),
+            "rows": rows_json(resource_id, thread_id, list(batch.values())),
         }
         async with self._script() as cur:
             await cur.execute(self._q(_LOCK_THEN_HEAD_APPEND), params)
