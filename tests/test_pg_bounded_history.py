@@ -22,10 +22,10 @@ from langchain_om.store import (
     ObservationGroup,
     OMRecord,
     PostgresStore,
+    postgres_append,
     postgres_fingerprints,
     postgres_schema,
 )
-from langchain_om.store import postgres_append
 from langchain_om.store import postgres as pg
 from langchain_om.store.base import record_key
 
