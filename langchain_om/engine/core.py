@@ -21,7 +21,7 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -237,6 +237,12 @@ class EngineCore:
     def parsed_messages(self, resource_id: str, thread_id: str) -> dict[str, BaseMessage]:
         """The thread's parsed messages this process holds (id -> message); empty when none."""
         return dict(self._message_cache.get(record_key(resource_id, thread_id)) or {})
+
+    def knows_none_of(self, resource_id: str, thread_id: str, ids: Collection[str]) -> bool:
+        """Whether the thread's stored ids are cached and none of ``ids`` is among them: a hint that a
+        stateless step's state holds only new messages (``SupportsNewAppend`` then proves it)."""
+        known = self._known_ids.get(record_key(resource_id, thread_id))
+        return known is not None and known.keys().isdisjoint(ids)
 
     def run_sync(self, coro: Coroutine[Any, Any, _T], *, twin: str,
                  waits_on: Callable[[asyncio.AbstractEventLoop], bool] | None = None) -> _T:

@@ -8,7 +8,6 @@ thread looks up only the ids the caller passes.
 from __future__ import annotations
 
 import gc
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,7 +37,13 @@ from ..store.base import (
     record_key,
 )
 from ..store.known import FINGERPRINT_PATH, SupportsFieldLookup
-from ..store.step_fast_paths import SupportsHeadAppend, SupportsIncarnationAppend, ThreadHead
+from ..store.step_fast_paths import (
+    SupportsHeadAppend,
+    SupportsIncarnationAppend,
+    SupportsNewAppend,
+    ThreadHead,
+    supports,
+)
 from .core import MESSAGE_CACHE_PER_THREAD, EngineCore
 from .state import MAX_COMMIT_RETRIES, StepState, lru_put
 
@@ -134,7 +139,10 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
     if len(fresh) > 1:  # turns another worker may have stored: learn them first (core.acatch_up)
         fresh = await core.acatch_up(resource_id, thread_id, fresh, known, inputs.edited)
     at_most = _head_at_most(resource_id, thread_id)
+    only_new = _only_new(resource_id, thread_id)
     if not fresh:
+        if only_new:  # the state's messages are stored already: the full fork check decides
+            raise HeadMovedOn
         await _acheck_head(core, resource_id, thread_id, at_most)
         if born is not None:  # nothing to append: the incarnation check is a read of its own
             thread = await core.store.aget_thread(resource_id, thread_id)
@@ -151,7 +159,18 @@ async def apersist(core: EngineCore, resource_id: str, thread_id: str, messages:
                                created_at=created))
     rows = await core.before_store(resource_id, thread_id, rows)
     head: ThreadHead | None = None
-    if born is not None and supports(core.store, SupportsHeadAppend):
+    if only_new is not None:
+        # the fork check holds when the append proves no message of the state was stored before
+        if born is None or not supports(core.store, SupportsNewAppend) or not only_new.issubset(r.id for r in rows):
+            raise HeadMovedOn  # nothing written: the full check runs (a cold cache, an instruction's id)
+        with_head = await cast("SupportsNewAppend", core.store).aappend_new_with_head(
+            resource_id, thread_id, rows, born, core.record_thread(thread_id))
+        if with_head is None:
+            return None
+        inserted, head = with_head
+        if not inserted:
+            raise HeadMovedOn  # the thread held one of them: nothing was written
+    elif born is not None and supports(core.store, SupportsHeadAppend):
         with_head = await cast("SupportsHeadAppend", core.store).aappend_with_head(
             resource_id, thread_id, rows, born, core.record_thread(thread_id), at_most)
         if with_head is None:
@@ -197,8 +216,36 @@ When it does not hold, ``apersist`` writes nothing and raises ``HeadMovedOn``: t
 then runs the full check (and forks when the caller runs from the past) and the step again."""
 
 
+ONLY_NEW: ContextVar[tuple[str, str, frozenset[str]] | None] = ContextVar("langchain_om_only_new", default=None)
+"""``(resource, thread, ids)``: the deferred fork check of a step without a position (no checkpointer,
+``extensions/branches.py``), whose state holds only ``ids``. Such a step continues its branch when the
+branch holds none of them; when they are exactly what the step appends, an append that writes
+nothing if any is stored (``SupportsNewAppend``) checks that instead of the fork probe's reads.
+Otherwise ``apersist`` writes nothing and raises ``HeadMovedOn``, and the full check runs."""
+
+
 class HeadMovedOn(Exception):
-    """The thread holds rows past the checkpoint's position (``HEAD_AT_MOST``); nothing was stored."""
+    """A deferred fork check did not hold (``HEAD_AT_MOST``: the thread holds rows past the
+    checkpoint's position; ``ONLY_NEW``: the step could not prove the state's ids new); nothing was stored."""
+
+
+@contextmanager
+def deferred_fork_check(resource_id: str, thread_id: str, *, at_most: int | None = None,
+                        only_new: frozenset[str] | None = None) -> Iterator[None]:
+    """Leave the integration's fork check to the steps' appends in the block (``HEAD_AT_MOST``
+    with ``at_most``, else ``ONLY_NEW``); a check that does not hold raises ``HeadMovedOn``."""
+    if at_most is not None:
+        head_token = HEAD_AT_MOST.set((resource_id, thread_id, at_most))
+        try:
+            yield
+        finally:
+            HEAD_AT_MOST.reset(head_token)
+        return
+    new_token = ONLY_NEW.set((resource_id, thread_id, only_new) if only_new else None)
+    try:
+        yield
+    finally:
+        ONLY_NEW.reset(new_token)
 
 
 def _head_at_most(resource_id: str, thread_id: str) -> int | None:
@@ -206,29 +253,15 @@ def _head_at_most(resource_id: str, thread_id: str) -> int | None:
     return expected[2] if expected is not None and expected[:2] == (resource_id, thread_id) else None
 
 
+def _only_new(resource_id: str, thread_id: str) -> frozenset[str] | None:
+    expected = ONLY_NEW.get()
+    return expected[2] if expected is not None and expected[:2] == (resource_id, thread_id) else None
+
+
 async def _acheck_head(core: EngineCore, resource_id: str, thread_id: str, at_most: int | None) -> None:
     """The deferred fork check as a read of its own, before a write that cannot check it."""
     if at_most is not None and await core.store.alast_seq(resource_id, thread_id) > at_most:
         raise HeadMovedOn
-
-
-_SUPPORTS: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
-
-
-def supports(store: Any, protocol: type) -> bool:
-    """``isinstance(store, protocol)`` for the optional fast paths, answered once per store: a
-    runtime protocol's check costs ~5 us, and a step asks several times. (A store is expected to
-    keep the methods it had; one that drops a fast path later keeps being offered it.)"""
-    try:
-        known = _SUPPORTS.get(store)
-        if known is None:
-            known = _SUPPORTS[store] = {}
-    except TypeError:  # a store that cannot be weakly referenced or hashed: ask every time
-        return isinstance(store, protocol)
-    found = known.get(protocol)
-    if found is None:
-        found = known[protocol] = isinstance(store, protocol)
-    return found
 
 
 def note_stored(core: EngineCore, cache_key: str, inserted: Sequence[StoredMessage]) -> None:

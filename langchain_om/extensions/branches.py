@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import BaseMessage
 
@@ -41,7 +41,8 @@ from ..store.base import (
     new_id,
     thread_key,
 )
-from ..store.step_fast_paths import SupportsForkProbe, SupportsHeadAppend, ThreadHead
+from ..store.step_fast_paths import SupportsHeadAppend, SupportsNewAppend, ThreadHead, supports
+from .fork_point import afork_point, new_ids
 
 if TYPE_CHECKING:
     from .host import MemoryHost
@@ -51,9 +52,6 @@ POSITION_KEY = "om_position"
 SNAPSHOT_NAMESPACE = "om-branch"
 """Key-value namespace of record snapshots and working memory documents, per resource."""
 _WM_NAMESPACE = "working_memory"
-_SCAN_LIMIT = 256  # rows read past a position to tell a retried step from a fork
-_NEWEST_PAGE = 8  # rows read from the newest end to find the newest message (edits are rare)
-_FIRST_PAGE = 2  # the first such read: it also tells an empty branch, so no separate last-seq read
 
 
 class ForeignResourceError(ValueError):
@@ -119,6 +117,9 @@ class BranchRun:
     forked: bool = False
     deferred: int | None = None
     """The position's seq when the fork check is left to the step's append (``aresolve(defer=True)``)."""
+    only_new: frozenset[str] | None = None
+    """Without a position: the state's ids, when the fork check is left to an append that proves
+    none of them stored (``aresolve(defer=True)``, ``SupportsNewAppend``)."""
 
 
 _CACHE_LIMIT = 4096  # entries per in-process cache: a long-lived server forgets the least recently used
@@ -194,7 +195,10 @@ async def aresolve(
 
     ``defer``: when the state has a position and the store's append can check the branch's last seq
     (``SupportsHeadAppend``), skip the read that tells a continuing step: ``run.deferred`` holds the
-    position's seq for the step's append to check (``engine.persistence.HEAD_AT_MOST``)."""
+    position's seq for the step's append to check (``engine.persistence.HEAD_AT_MOST``). Without a
+    position, when the engine knows none of the state's ids as stored and the store's append can
+    prove it (``SupportsNewAppend``), skip the fork probe: ``run.only_new`` holds the ids
+    (``engine.persistence.ONLY_NEW``). A state sharing no stored message never forks."""
     position = Position.from_state(state_position)
     resource = check_resource(thread_id, configured_resource, position)
     if position is not None and branch_root(position.branch) != thread_id:
@@ -203,88 +207,22 @@ async def aresolve(
     resolved = om.resolve_resource(branch, resource)
     await om.aensure_setup()
     run = BranchRun(thread_id, branch, resource)
-    if defer and position is not None and isinstance(om.store, SupportsHeadAppend):
+    if defer and position is not None and supports(om.store, SupportsHeadAppend):
         run.deferred = position.seq
         _cache(om).active.remember(thread_id, (resource, run.branch))
         return run
-    fork_seq = await _fork_point(om, resolved, branch, position, messages)
+    if defer and position is None and supports(om.store, SupportsNewAppend):
+        incoming = new_ids(om, resolved, branch, messages)
+        if incoming is not None:
+            run.only_new = incoming
+            _cache(om).active.remember(thread_id, (resource, run.branch))
+            return run
+    fork_seq = await afork_point(om, resolved, branch, position.seq if position is not None else None, messages)
     if fork_seq is not None:
         run.branch = await _afork(om, resolved, thread_id, branch, fork_seq, position)
         run.forked = True
     _cache(om).active.remember(thread_id, (resource, run.branch))
     return run
-
-
-async def _fork_point(
-    om: MemoryHost, resolved: str, branch: str, position: Position | None,
-    messages: Sequence[BaseMessage],
-) -> int | None:
-    """The ``seq`` on ``branch`` the caller's state stands at when OM has stored a later row the
-    state never had (the caller runs from the past); None when the step continues the branch."""
-    if position is not None:
-        last = await om.store.alast_seq(resolved, branch)
-        if last <= position.seq:
-            return None  # the common case: one small read
-        later = await om.store.aget_messages(resolved, branch, after_seq=position.seq, limit=_SCAN_LIMIT)
-        incoming = _ids(messages)
-        # rows a failed or retried step stored from this very state are in it: not a fork
-        if len(later) < _SCAN_LIMIT and all(r.kind != "message" or r.id in incoming for r in later):
-            return None
-        return position.seq
-    incoming = _ids(messages)
-    if not incoming:
-        return None
-    # a checkpoint from before OM's first step, or a caller with no checkpointer (no position):
-    # the caller runs from the past when the branch holds a message newer than the newest one
-    # the state holds. Cost: the newest rows and an id lookup, never a walk down the history.
-    if isinstance(om.store, SupportsForkProbe):  # both reads in one call
-        top, found = await om.store.afork_probe(resolved, branch, sorted(incoming), _FIRST_PAGE)
-        newest = _newest_in(top, incoming)
-        if newest == _PAGE_ON:  # the newest rows are edits or markers: page on as below
-            newest = await _newest_message_seq(om, resolved, branch, incoming, before=top[-1][0])
-        if newest is None:
-            return None
-        held = [seq for _id, seq, kind in found if kind == "message" and seq < newest]
-        return max(held) if held else None
-    newest = await _newest_message_seq(om, resolved, branch, incoming)
-    if newest is None:
-        return None  # an empty branch, or the newest stored message is in the state: it continues
-    found_rows = await om.store.aget_messages_by_ids(resolved, branch, sorted(incoming))
-    held = [row.seq for row in found_rows if row.kind == "message" and row.seq < newest]
-    # none held: the state shares nothing with the stored thread (a stateless caller sending
-    # only its new messages), so there is nothing to go back to
-    return max(held) if held else None
-
-
-_PAGE_ON = -1  # ``_newest_in``: no message among the rows read, and older rows may hold one
-
-
-def _newest_in(top: list[tuple[int, str, str]], incoming: set[str]) -> int | None:
-    """``_newest_message_seq`` over the first page a fork probe read (``(seq, id, kind)``)."""
-    for seq, mid, kind in top:
-        if kind == "message":
-            return None if mid in incoming else seq
-    return _PAGE_ON if len(top) == _FIRST_PAGE else None
-
-
-async def _newest_message_seq(om: MemoryHost, resolved: str, branch: str, incoming: set[str], *,
-                              before: int | None = None) -> int | None:
-    """The ``seq`` of the branch's newest message row, or None when the branch holds none or the
-    state holds that message. The first page is the newest two rows (the newest row is nearly
-    always a message: the last reply); edit and marker rows page on."""
-    while True:
-        page = _FIRST_PAGE if before is None else _NEWEST_PAGE
-        rows = await om.store.aget_messages(resolved, branch, before_seq=before, limit=page, descending=True)
-        if not rows:
-            return None
-        for row in rows:
-            if row.kind == "message":
-                return None if row.id in incoming else row.seq
-        before = rows[-1].seq
-
-
-def _ids(messages: Sequence[BaseMessage]) -> set[str]:
-    return {m.id for m in messages if isinstance(m, BaseMessage) and m.id}
 
 
 async def _afork(
@@ -401,8 +339,9 @@ async def aposition(om: MemoryHost, run: BranchRun, head: ThreadHead | None = No
     if head is not None:
         seq, stamp = head
         record = await om.arecord_at_stamp(resolved, run.branch, stamp)
-    elif isinstance(om.store, SupportsThreadHead):  # one read for both
-        seq, stamp = await om.store.aget_thread_head(resolved, run.branch, om.record_thread(run.branch))
+    elif supports(om.store, SupportsThreadHead):  # one read for both
+        seq, stamp = await cast("SupportsThreadHead", om.store).aget_thread_head(
+            resolved, run.branch, om.record_thread(run.branch))
         record = await om.arecord_at_stamp(resolved, run.branch, stamp)
     else:
         seq = await om.store.alast_seq(resolved, run.branch)

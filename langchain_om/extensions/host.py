@@ -9,7 +9,7 @@ so they must not import it back (a test builds the package's import graph and fa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from langchain_core.messages import BaseMessage
@@ -68,6 +68,10 @@ class MemoryHost(Protocol):
 
     def parsed_messages(self, resource_id: str, thread_id: str) -> dict[str, BaseMessage]:
         """The thread's parsed messages the engine holds."""
+
+    def knows_none_of(self, resource_id: str, thread_id: str, ids: Collection[str]) -> bool:
+        """Whether the engine's caches of the thread are warm and know none of ``ids`` as stored
+        (a hint: only the store can prove it)."""
 
     def run_sync(self, coro: Coroutine[Any, Any, _T], *, twin: str,
                  waits_on: Callable[[asyncio.AbstractEventLoop], bool] | None = None) -> _T:

@@ -39,7 +39,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from ..engine import ObservationalMemory, OMAborted, OMContext, Phase
 from ..engine.live_runs import closed_at_turn_end
-from ..engine.persistence import HEAD_AT_MOST, HeadMovedOn
+from ..engine.persistence import HeadMovedOn, deferred_fork_check
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, aresolve
 from ..foundation.context import OM_CONTEXT_MESSAGE_ID
 from ..foundation.run_ids import resource_from
@@ -126,16 +126,16 @@ async def aprocess_on_branch(
     thread_id, resource_id = ids_from_config(config)
     position = state_value(state, POSITION_KEY)
     run = await aresolve(om, thread_id, resource_id, position, messages, defer=True)
-    if run.deferred is not None:  # the step's append checks that the branch did not move on (HEAD_AT_MOST)
-        token = HEAD_AT_MOST.set((om.resolve_resource(run.branch, run.resource_id), run.branch, run.deferred))
+    if run.deferred is not None or run.only_new is not None:
+        # the step's append checks that the branch did not move on (HEAD_AT_MOST) or that it holds
+        # none of the state's messages (ONLY_NEW, a step without a position)
         try:
-            with closed_at_turn_end(live):
+            with deferred_fork_check(om.resolve_resource(run.branch, run.resource_id), run.branch,
+                                     at_most=run.deferred, only_new=run.only_new), closed_at_turn_end(live):
                 return await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config,
                                          **kwargs), run
         except HeadMovedOn:  # nothing was stored: the full check decides (a fork when run from the past)
             pass
-        finally:
-            HEAD_AT_MOST.reset(token)
         run = await aresolve(om, thread_id, resource_id, position, messages)
     with closed_at_turn_end(live):
         context = await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config, **kwargs)

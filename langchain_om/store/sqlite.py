@@ -39,7 +39,7 @@ import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from . import _util as u
 from . import sqlite_keyword_queue as keywords
@@ -88,6 +88,10 @@ _HEAD_SQL = (  # an append's first statement (see ``_append``), also reading a r
     "LEFT JOIN threads AS t ON t.thread_id = ?"
 )
 _INLINE_ROWS = 64  # a read bounded to this many rows runs inline (``_run_inline``)
+
+
+class _Held(Exception):
+    """An ``only_new`` append met an id the thread holds: ``immediate`` rolls it back."""
 
 
 def _thread(row: sqlite3.Row) -> ThreadInfo:
@@ -329,9 +333,18 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
         return await self._append(resource_id, thread_id, messages, born, record_key(resource_id, record_thread),
                                   u.check_optional_count(at_most, "at_most"))
 
+    async def aappend_new_with_head(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
+        record_thread: str | None,
+    ) -> tuple[list[StoredMessage], ThreadHead] | None:
+        """``SupportsNewAppend``: a held id rolls the whole append back (nothing written, no rows)."""
+        _, record_thread = u.check_record_ids(resource_id, record_thread)
+        return await self._append(resource_id, thread_id, messages, born, record_key(resource_id, record_thread),
+                                  only_new=True)
+
     async def _append(
         self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime | None,
-        stamp_of: str | None = None, at_most: int | None = None,
+        stamp_of: str | None = None, at_most: int | None = None, only_new: bool = False,
     ) -> tuple[list[StoredMessage], ThreadHead] | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         encoded = u.check_messages_json(messages)
@@ -364,40 +377,27 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                         f"INSERT INTO messages ({_MESSAGE_COLUMNS}, fingerprint) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?) "
                         "ON CONFLICT (thread_id, id) DO NOTHING",  # already stored: skipped, seq not used
-                        (
-                            message.id,
-                            resource_id,
-                            thread_id,
-                            last + 1,
-                            message.kind,
-                            data,
-                            message.tokens,
-                            u.iso(message.created_at),
-                            stored_fingerprint(message.data),
-                        ),
+                        (message.id, resource_id, thread_id, last + 1, message.kind, data, message.tokens,
+                         u.iso(message.created_at), stored_fingerprint(message.data)),
                     ).rowcount
                     if not added:
+                        if only_new:
+                            raise _Held([], (int(found[2] or 0), stamp))
                         continue
                     last += 1
-                    inserted.append(
-                        StoredMessage(
-                            id=message.id,
-                            thread_id=thread_id,
-                            resource_id=resource_id,
-                            seq=last,
-                            data=message.data,
-                            tokens=message.tokens,
-                            created_at=message.created_at,
-                            kind=message.kind,
-                        )
-                    )
+                    inserted.append(StoredMessage(
+                        id=message.id, thread_id=thread_id, resource_id=resource_id, seq=last, data=message.data,
+                        tokens=message.tokens, created_at=message.created_at, kind=message.kind))
                 if inserted:
                     conn.execute("UPDATE threads SET updated_at = ? WHERE thread_id = ?", (u.iso(utcnow()), thread_id))
                     if self._fts:  # indexed in batches (sqlite_keyword_queue); every search indexes the rest first
                         keywords.queue(conn, thread_id, [m.id for m in inserted])
                 return inserted, (last, stamp)
 
-        return await self._run_inline(run)
+        try:
+            return await self._run_inline(run)
+        except _Held as held:
+            return cast("tuple[list[StoredMessage], ThreadHead]", held.args)
 
     async def aget_messages(
         self,

@@ -8,9 +8,10 @@ pins the figures). Every method here is optional: the engine falls back to the p
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .base import NewMessage, RecordStamp, StoredMessage
 
@@ -55,6 +56,25 @@ class SupportsHeadAppend(Protocol):
         deferred fork check, ``extensions/branches.py``)."""
 
 
+@runtime_checkable
+class SupportsNewAppend(Protocol):
+    """Optional fast path of a store: ``aappend_with_head`` that writes nothing at all when the
+    thread already holds any of the messages' ids.
+
+    A step without a checkpointed position (no checkpointer, a stateless API) is checked for
+    running from the past: the branch must not hold one of the state's messages below a newer one.
+    When the state holds only messages this append brings, an append that proves none of them was
+    stored is that check, in the append's own transaction: the fork probe's call and its two reads
+    go (``extensions/branches.py``, ``engine.persistence.ONLY_NEW``)."""
+
+    async def aappend_new_with_head(
+        self, resource_id: str, thread_id: str, messages: Sequence[NewMessage], born: datetime,
+        record_thread: str | None,
+    ) -> tuple[list[StoredMessage], ThreadHead] | None:
+        """``aappend_with_head``; when any id of ``messages`` is already stored in the thread, the
+        transaction rolls back and the answer holds no rows (and the head before it)."""
+
+
 ForkProbe = tuple[list[tuple[int, str, str]], list[tuple[str, int, str]]]
 """``afork_probe``'s answer: the newest rows as ``(seq, id, kind)``, newest first, and the rows of
 the asked ids as ``(id, seq, kind)``."""
@@ -73,3 +93,22 @@ class SupportsForkProbe(Protocol):
                           newest: int) -> ForkProbe:
         """The ``newest`` newest rows of the thread and the rows of ``message_ids`` it holds,
         id, ``seq`` and kind only (no message bodies)."""
+
+
+_SUPPORTS: weakref.WeakKeyDictionary[Any, dict[type, bool]] = weakref.WeakKeyDictionary()
+
+
+def supports(store: Any, protocol: type) -> bool:
+    """``isinstance(store, protocol)`` for the optional fast paths, answered once per store: a
+    runtime protocol's check costs ~5 us, and a step asks several times. (A store is expected to
+    keep the methods it had; one that drops a fast path later keeps being offered it.)"""
+    try:
+        known = _SUPPORTS.get(store)
+        if known is None:
+            known = _SUPPORTS[store] = {}
+    except TypeError:  # a store that cannot be weakly referenced or hashed: ask every time
+        return isinstance(store, protocol)
+    found = known.get(protocol)
+    if found is None:
+        found = known[protocol] = isinstance(store, protocol)
+    return found
