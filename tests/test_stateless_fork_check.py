@@ -67,13 +67,15 @@ def _om(store: SQLiteStore) -> ObservationalMemory:
                                observation={"message_tokens": 100_000, "buffer_tokens": False})
 
 
+@pytest.mark.parametrize("resent", ["exchange", "reply"])
 @pytest.mark.parametrize("lang", TEXTS)
 async def test_a_stateless_caller_running_from_the_past_forks_though_this_worker_never_saw_it(
-    tmp_path: Path, lang: str,
+    tmp_path: Path, lang: str, resent: str,
 ) -> None:
     """Worker B's caches are warm on the thread but do not know the messages worker A stored. B's
-    caller sends the first exchange again with a new question (it runs from before A's second
-    exchange): the step must fork, not append the question to the thread A wrote."""
+    caller sends A's first exchange (or only its reply) again with a new question: it runs from
+    before A's second exchange, so the step must fork, not append the question to the thread A
+    wrote. (With the reply alone, only the append's all-or-nothing write stands in the way.)"""
     texts = TEXTS[lang]
     path = tmp_path / "shared.db"
     store_a, store_b = SQLiteStore(path), SQLiteStore(path)
@@ -90,7 +92,9 @@ async def test_a_stateless_caller_running_from_the_past_forks_though_this_worker
         resource = implicit_resource("chat")
         stored_before = [r.id for r in await store_a.aget_messages(resource, "chat")]
         assert stored_before[-4:] == ["h1", "a1", "h2", "a2"]
-        past = [HumanMessage(texts[0], id="h1"), AIMessage(texts[1], id="a1"), HumanMessage(texts[4], id="h3")]
+        past: list[BaseMessage] = [AIMessage(texts[1], id="a1"), HumanMessage(texts[4], id="h3")]
+        if resent == "exchange":
+            past.insert(0, HumanMessage(texts[0], id="h1"))
         result = await agent_b.ainvoke({"messages": past}, config)
         assert result["messages"][-1].content  # the agent answered
         # the thread A wrote is untouched; the question went to a branch forked at a1
