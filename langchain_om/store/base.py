@@ -14,13 +14,24 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .ids import BRANCH_MARK as BRANCH_MARK
+from .ids import IMPLICIT_RESOURCE_PREFIX as IMPLICIT_RESOURCE_PREFIX
+from .ids import RESOURCE_SCOPE_THREAD as RESOURCE_SCOPE_THREAD
+from .ids import InvalidStoreInput as InvalidStoreInput
+from .ids import check_id as check_id
+from .ids import check_resource_id as check_resource_id
+from .ids import check_thread_id as check_thread_id
+from .ids import implicit_resource as implicit_resource
+from .ids import record_key as record_key
+from .ids import replace_lone_surrogates as replace_lone_surrogates
+from .ids import thread_key as thread_key
 
 SCHEMA_VERSION = 10
 """1: the tables. 2: threads used without a resource move to their private resource
@@ -64,14 +75,6 @@ class StoreError(RuntimeError):
 
 class RecordConflictError(StoreError):
     """The record changed since it was read; reload and redo the step."""
-
-
-class InvalidStoreInput(ValueError):
-    """Bad input to a store call; ``field`` names the argument."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
 
 
 class _Model(BaseModel):
@@ -320,108 +323,6 @@ class SupportsLoopBinding(Protocol):
     def bound_loop(self) -> asyncio.AbstractEventLoop | None:
         """The running loop the store's connections belong to, or None."""
 
-
-def record_key(resource_id: str, thread_id: str | None) -> str:
-    """Records are keyed by resource, plus thread in thread scope."""
-    thread = thread_id if thread_id is not None else RESOURCE_SCOPE_THREAD
-    return f"{resource_id}\x1f{thread}"
-
-
-def check_id(value: Any, field: str, *, max_len: int = 512) -> str:
-    """Ids are opaque non-empty strings; anything else is rejected with the field named."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidStoreInput(field, "must be a non-empty string")
-    if len(value) > max_len:
-        raise InvalidStoreInput(field, f"must be at most {max_len} characters")
-    if "\x00" in value:
-        raise InvalidStoreInput(field, "must not contain NUL characters")
-    if "\x1f" in value:
-        # record_key joins ids with \x1f; allowing it would let two resources share a record key.
-        raise InvalidStoreInput(field, "must not contain the unit separator (\\x1f)")
-    if "\x1e" in value:
-        # IMPLICIT_RESOURCE_PREFIX starts with \x1e: no explicit id may name a thread's private resource.
-        raise InvalidStoreInput(field, "must not contain the record separator (\\x1e)")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            # SQL stores cannot hold them, and the same id must be valid on every store.
-            raise InvalidStoreInput(field, "must not contain lone surrogates (not valid Unicode text)") from None
-    return value
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def replace_lone_surrogates(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD, the copy that indexes and models get.
-
-    Python strings may hold them (``os.fsdecode`` of a non-UTF-8 file name gives ``\\udcff``),
-    but UTF-8 cannot: a full-text index, an embedder or a provider's HTTP body would fail on
-    them. Stored messages keep the original (their JSON escapes it), so nothing is lost."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub("\ufffd", text)
-    return text
-
-
-IMPLICIT_RESOURCE_PREFIX = "\x1ethread:"
-"""Resource ids of threads used without a resource: ``IMPLICIT_RESOURCE_PREFIX + thread_id``.
-
-``check_id`` refuses ``\x1e`` in every id a caller passes, so no explicit ``resource_id`` (or
-``user_id``) can ever name such a resource: a thread id chosen equal to another user's
-resource id reaches nothing of that user."""
-
-
-def implicit_resource(thread_id: str) -> str:
-    """The private resource of a thread used without ``resource_id``."""
-    return IMPLICIT_RESOURCE_PREFIX + check_thread_id(thread_id)
-
-
-def check_resource_id(value: Any, field: str = "resource_id") -> str:
-    """What a store accepts as a resource id: an explicit id, or a thread's private resource.
-
-    The engine builds the private form (``implicit_resource``); public entry points check
-    explicit ids with ``check_id``, which refuses it.
-    """
-    if isinstance(value, str) and value.startswith(IMPLICIT_RESOURCE_PREFIX):
-        check_thread_id(value[len(IMPLICIT_RESOURCE_PREFIX):], field)
-        return value
-    return check_id(value, field)
-
-
-RESOURCE_SCOPE_THREAD = "*"
-"""The thread part of a resource-scope record's key; no real thread may carry this id."""
-
-
-BRANCH_MARK = "\x1ebranch:"
-"""Separates a thread id from its branch suffix in OM's internal branch thread ids
-(``langchain_om.extensions.branches``): ``<thread>\x1ebranch:<suffix>``. Only OM makes them; like the
-private resources, they hold ``\x1e``, which no caller's id may contain."""
-
-
-def thread_key(thread_id: str) -> str:
-    """A thread id as part of a key-value key: OM's branch ids hold ``\x1e``, which keys may not,
-    so it is escaped (injectively: ``%`` is escaped first)."""
-    return thread_id.replace("%", "%25").replace("\x1e", "%1E")
-
-
-def check_thread_id(value: Any, field: str = "thread_id") -> str:
-    """A thread id is an id that cannot be mistaken for the resource-scope record's key; OM's own
-    branch ids (``BRANCH_MARK``) are a thread id, the mark and a suffix."""
-    if isinstance(value, str) and BRANCH_MARK in value:
-        root, _, suffix = value.partition(BRANCH_MARK)
-        check_thread_id(root, field)
-        check_id(suffix, field)
-        return value
-    thread_id = check_id(value, field)
-    if thread_id == RESOURCE_SCOPE_THREAD:
-        # record_key(r, "*") == record_key(r, None): deleting thread "*" would delete the resource's record.
-        raise InvalidStoreInput(field, "must not be '*' (reserved for the resource-scope record)")
-    return thread_id
 
 
 @runtime_checkable
