@@ -87,7 +87,8 @@ async def astep(
         context = await abuild_context(core, record, window, resource, thread_id, status, now=moment)
         if closes_step:
             failure_policy.apply_to_context(core.config, core.counter, context, step.events)
-            step.events[0] = StatusEvent(data=context.status)
+            if context.status is not status:  # marked with the step's failure
+                step.events[0] = StatusEvent(data=context.status)
         if core.config.enabled and closes_step and aborted is None:
             schedule(core, step, record, window)
     context.events = step.events

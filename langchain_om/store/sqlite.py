@@ -385,7 +385,8 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                             raise _Held([], (int(found[2] or 0), stamp))
                         continue
                     last += 1
-                    inserted.append(StoredMessage(
+                    # every field was checked above (``check_messages_json``): built, not validated again
+                    inserted.append(StoredMessage.model_construct(
                         id=message.id, thread_id=thread_id, resource_id=resource_id, seq=last, data=message.data,
                         tokens=message.tokens, created_at=message.created_at, kind=message.kind))
                 if inserted:
