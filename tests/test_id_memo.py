@@ -28,13 +28,13 @@ def test_each_check_keeps_its_own_answers(thread: str) -> None:
         assert check_thread_id(branch) == branch
         assert check_resource_id(private) == private
         assert check_id("*", "x") == "*"
-        with pytest.raises(InvalidStoreInput, match="^thread_id: must not be '\\*'"):
+        with pytest.raises(InvalidStoreInput, match=r"^thread_id: must not be '\*'"):
             check_thread_id("*")
-        with pytest.raises(InvalidStoreInput, match="^resource_id: must not contain the record separator"):
+        with pytest.raises(InvalidStoreInput, match=r"^resource_id: must not contain the record separator"):
             check_id(branch, "resource_id")  # a branch is OM's thread, never a caller's id
-        with pytest.raises(InvalidStoreInput, match="^thread_id: must not contain the record separator"):
+        with pytest.raises(InvalidStoreInput, match=r"^thread_id: must not contain the record separator"):
             check_thread_id(private)  # a private resource is not a thread
-        with pytest.raises(InvalidStoreInput, match="^resource_id: must not contain the record separator"):
+        with pytest.raises(InvalidStoreInput, match=r"^resource_id: must not contain the record separator"):
             check_id(private, "resource_id")
 
 
@@ -50,7 +50,7 @@ def test_an_invalid_id_is_refused_every_time_naming_the_field(bad: str) -> None:
 def test_a_longer_bound_is_checked_apart_and_the_memo_stays_bounded() -> None:
     long_id = "長" * 600
     assert check_id(long_id, "title", max_len=1000) == long_id
-    with pytest.raises(InvalidStoreInput, match="^resource_id: must be at most 512"):
+    with pytest.raises(InvalidStoreInput, match=r"^resource_id: must be at most 512"):
         check_id(long_id, "resource_id")  # valid under 1000, not under the default 512
     for i in range(ids._CHECKED_LIMIT + 10):
         check_id(f"user-{i}", "resource_id")
