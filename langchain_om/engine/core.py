@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -303,7 +303,7 @@ class EngineCore:
         key = record_key(resource_id, record_thread)
         cached = self._records.get(key)
         if cached is not None and self._reads_stamps():
-            stamp = await self.store.aget_record_stamp(resource_id, record_thread)
+            stamp = await cast(SupportsRecordStamp, self.store).aget_record_stamp(resource_id, record_thread)
             if stamp is not None and stamp == (cached.version, cached.updated_at):
                 if key in self._records:  # another task may have evicted it during the await: a miss, not an error
                     self._records.move_to_end(key)
