@@ -82,3 +82,32 @@ async def test_lock_loans_keep_no_entry_per_record_once_nobody_lends() -> None:
             pass
     gc.collect()
     assert len(loans._loans) == 0
+
+
+async def test_a_cycle_arriving_as_the_lock_is_handed_on_still_takes_a_loan() -> None:
+    """The record's lock is free but promised (released to a queued step that has not run yet):
+    a cycle arriving then queues behind the step, which takes the lock and waits for the cycle,
+    lending it. The cycle must stage under the loan, not wait for the lock the step holds."""
+    loans, lock, key = LockLoans(), asyncio.Lock(), "利用者\x1fスレッド"
+    staged: list[str] = []
+    cycle_task: asyncio.Task[None] | None = None
+    finished: list[bool] = []
+
+    async def cycle() -> None:
+        async with loans.hold(key, lock):
+            staged.append("chunk")
+
+    async def step() -> None:
+        async with lock:
+            assert cycle_task is not None
+            finished.append(await loans.wait_for(key, cycle_task, 2.0))
+
+    await lock.acquire()  # another step holds it
+    stepping = asyncio.create_task(step())
+    await asyncio.sleep(0)  # the step queues for the lock
+    cycle_task = asyncio.create_task(cycle())  # runs before the step wakes...
+    lock.release()  # ...which is handed the lock now
+    await asyncio.wait_for(stepping, 5.0)
+    assert finished == [True], "the step's wait ended with the cycle done, not at its bound"
+    assert staged == ["chunk"]
+    await cycle_task

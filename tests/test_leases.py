@@ -113,35 +113,97 @@ async def test_a_live_holder_keeps_its_lease_past_the_ttl(tmp_path: Any) -> None
     await store.aclose()
 
 
+class _SlowRenewals:
+    """Leases whose renewal takes a while (a store under load) and a moment to wind down once
+    cancelled: a holder leaving its block while one is in flight waits for it to stop."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, str] = {}
+        self.renewing = asyncio.Event()
+
+    async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        if self.owners.get(name, owner) != owner:
+            return False
+        if name in self.owners:
+            self.renewing.set()
+            try:
+                await asyncio.sleep(5.0)
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.05)  # a client call takes a moment to wind down
+                raise
+        self.owners[name] = owner
+        return True
+
+    async def arelease_lease(self, name: str, owner: str) -> None:
+        if self.owners.get(name) == owner:
+            del self.owners[name]
+
+
 @pytest.mark.parametrize("how", ["try_lease", "wait_for_lease"])
 async def test_a_cancel_that_lands_while_a_lease_stops_its_heartbeat_is_not_swallowed(how: str) -> None:
     """The root cause of ``aclose(cancel=True)`` hanging on a buffering cycle: leaving a lease
-    block cancels the heartbeat and waits for it; a cancel of the holder landing in that wait was
-    delivered through the heartbeat and swallowed as if it were the heartbeat's own, so the holder
-    went on into an Observer call that never answered."""
+    block stops the heartbeat and waits for a renewal in flight; a cancel of the holder landing
+    in that wait was delivered through the renewal and swallowed as if it were the renewal's
+    own, so the holder went on into an Observer call that never answered."""
     from langchain_om.engine.leases import try_lease, wait_for_lease
 
-    store = object()  # no lease methods: the in-process lease, which takes and releases without awaiting
+    store = _SlowRenewals()
     name = lease_name(f"r1:{how}", "buffer")
     never = asyncio.Event()
     reached_the_call = False
+    left_the_block = asyncio.Event()
 
     async def holder() -> None:
         nonlocal reached_the_call
-        lease = try_lease(store, name, 5.0) if how == "try_lease" else wait_for_lease(store, name, 5.0)
+        lease = try_lease(store, name, 0.06) if how == "try_lease" else wait_for_lease(store, name, 0.06)
         async with lease:
-            pass
+            await store.renewing.wait()  # the heartbeat is renewing (slowly) when the block ends
+            left_the_block.set()
         reached_the_call = True
         await never.wait()  # an Observer that never answers
 
     task = asyncio.create_task(holder())
-    await asyncio.sleep(0)  # the holder takes the lease, leaves the block and waits for its heartbeat to stop
+    await asyncio.wait_for(left_the_block.wait(), 2.0)
+    await asyncio.sleep(0)  # the holder now waits for the renewal to stop
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=2.0)
     assert task in done and task.cancelled(), "the cancel was swallowed: the holder went on"
     assert not reached_the_call
-    assert await _try(store, name, "other", 1.0), "the lease was given back"
-    await _release(store, name, "other")
+    assert name not in store.owners, "the lease was given back"
+
+
+async def test_a_short_hold_starts_no_task_and_a_long_one_is_renewed() -> None:
+    """The heartbeat is a timer: a hold shorter than a third of the ttl (most buffering cycles)
+    creates no task at all, and one that lasts renews the lease until it ends, then never again."""
+    from langchain_om.engine.leases import try_lease
+
+    class Counting:
+        def __init__(self) -> None:
+            self.takes = 0
+            self.owner: str | None = None
+
+        async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+            if self.owner not in (None, owner):
+                return False
+            self.owner, self.takes = owner, self.takes + 1
+            return True
+
+        async def arelease_lease(self, name: str, owner: str) -> None:
+            if self.owner == owner:
+                self.owner = None
+
+    store = Counting()
+    before = len(asyncio.all_tasks())
+    async with try_lease(store, "buffer:short", 30.0) as held:
+        assert held and len(asyncio.all_tasks()) == before, "no heartbeat task for a short hold"
+    assert store.takes == 1 and store.owner is None
+    async with try_lease(store, "buffer:long", 0.09) as held:
+        assert held
+        await asyncio.sleep(0.2)  # more than two renewal periods
+        assert store.takes >= 3, "renewed while held"
+    after = store.takes
+    await asyncio.sleep(0.1)
+    assert store.takes == after and store.owner is None, "no renewal once released"
 
 
 

@@ -95,3 +95,47 @@ def test_estimates_of_english_and_japanese_are_the_plain_walks_rounded() -> None
         assert counter.count_text(text) == expected, text
     # 京都 (two kanji) and です (two kana): 0.9 + 0.9 and 0.8 + 0.8 tokens
     assert te._piece_costs("京都") == 36 and te._piece_costs("です") == 32 and te._piece_costs("한국") == 28
+
+
+_PIECES = ["the", "Lisbon", "HTTP", "URLs", "x86", "2026", "5000円", "京都", "です", "한국", "Ünï", "хорошо",
+           "🔴", "🟡", "(14:05)", "[m:3:5]", "—", "、", "。", "「quoted」", "a.b", "e.g.", "x,", "!", ":", "-",
+           "＃", "ＡＢＣ", "\x00", "\ud800", "_", "__init__", "'s", "\"b\""]
+_GAPS = [" ", " ", " ", " ", "  ", "\t", " \t", "\u3000", "\u00a0", "", " \n", "\n", "\r\n", " \r"]
+
+
+def _lines(seed: int, count: int) -> list[str]:
+    """Random lines of words, punctuation and scripts, joined by every kind of gap (single spaces
+    most often): the cases a word-by-word sum must get right and those it must leave whole."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[str] = []
+    for _ in range(count):
+        parts = [rng.choice(_PIECES) for _ in range(rng.randint(1, 12))]
+        text = parts[0]
+        for part in parts[1:]:
+            text += rng.choice(_GAPS) + part
+        out.append(text + rng.choice(["", "\n", "\n\n", " \n", ".\n"]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_line_counted_word_by_word_costs_what_its_whole_walk_costs(seed: int) -> None:
+    """``_line_costs`` sums the costs of a line's words (cached one by one) when single spaces
+    part them; any other spacing is walked whole. Either way: the plain walk's count."""
+    te._line_costs.cache_clear()
+    for line in [*_lines(seed, 400), *(ln for text in _corpus() for ln in te._LINE_RE.findall(text) if ln)]:
+        assert te._line_costs(line) == round(_reference_total(line) * 20), repr(line)
+        assert te._line_costs(line) == te._piece_costs(line), repr(line)  # cached: the same again
+
+
+def test_an_observer_reply_in_english_and_japanese_counts_as_walked_whole() -> None:
+    reply = ("Date: Mon, May 4, 2026\n"
+             "* 🔴 (14:05) User's Lisbon trip budget is 400 euros; prefers trains [m:3:5]\n"
+             "* 🟡 (14:07) 京都旅行の予算は5000円、金曜日までに決めたい (meaning May 8, 2026)\n"
+             "  * -> assistant suggested the 09:12 train  (two spaces)\n")
+    te._line_costs.cache_clear()
+    te._word_costs.cache_clear()
+    expected = max(1, (te._piece_costs(reply) + 10) // 20)
+    assert te.estimate_tokens(reply) == expected
+    assert te.estimate_tokens(reply) == expected, "again, from the kept words and lines"

@@ -8,7 +8,7 @@ then reloads the record and observes only what is still unobserved, usually noth
 buffering takes the ``buffer`` lease without waiting: if another worker is buffering, it skips.
 
 Leases are rows with an expiry (SQLite and PostgreSQL, schema migration 2), renewed by a
-heartbeat every third of ``failure_policy.lease_ttl`` while held: a worker that dies holding
+heartbeat (``_Heartbeat``) every third of ``failure_policy.lease_ttl`` while held: a worker that dies holding
 one loses it within that ttl and the work is redone once. A store
 without ``atry_lease`` / ``arelease_lease`` (the in-memory store, custom stores) gets an
 in-process lease, which is all a process-local store needs.
@@ -56,49 +56,75 @@ async def _release(store: Any, name: str, owner: str) -> None:
             del _local[key]
 
 
-async def _heartbeat(store: Any, name: str, owner: str, ttl_s: float, stopped: asyncio.Event) -> None:
-    """Renew a held lease every third of its ttl, so a live holder keeps it through a long
-    Observer call while a dead one (no heartbeat) loses it within one ttl. ``stopped`` ends it
-    too: a cancellation lost inside a store call (Python 3.11's ``wait_for`` in psycopg's pool
-    wait can swallow one) once kept it renewing forever, and its holder waiting for it."""
-    while not stopped.is_set():
-        await asyncio.sleep(ttl_s / 3)
-        if stopped.is_set():
-            return
+class _Heartbeat:
+    """Renews a held lease every third of its ttl, so a live holder keeps it through a long
+    Observer call while a dead one (no renewal) loses it within one ttl.
+
+    A timer on the loop that starts a renewal only when one is due: most holds (a buffering
+    cycle, a reflection) end before the first renewal, and a task per hold that slept until then
+    cost a task, a timer, two steps and a wait to stop it on every cycle. ``stopped`` ends it
+    even when a renewal in flight loses its cancellation inside a store call (Python 3.11's
+    ``wait_for`` in psycopg's pool wait can swallow one): it then schedules no further renewal."""
+
+    __slots__ = ("_handle", "_loop", "_name", "_owner", "_renewal", "_store", "_ttl_s", "stopped")
+
+    def __init__(self, store: Any, name: str, owner: str, ttl_s: float) -> None:
+        self._store, self._name, self._owner, self._ttl_s = store, name, owner, ttl_s
+        self._loop = asyncio.get_running_loop()
+        self._renewal: asyncio.Task[None] | None = None
+        self.stopped = False
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(ttl_s / 3, self._due)
+
+    def _due(self) -> None:
+        self._handle = None
+        if not self.stopped:
+            self._renewal = self._loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
         try:
-            if not await _try(store, name, owner, ttl_s):
-                return  # lost it (expired and taken): the record's compare-and-swap still guards the log
+            kept = await _try(self._store, self._name, self._owner, self._ttl_s)
         except Exception:
             return
+        # lost it (expired and taken): the record's compare-and-swap still guards the log
+        if kept and not self.stopped:
+            self._handle = self._loop.call_later(self._ttl_s / 3, self._due)
+
+    async def stop(self) -> None:
+        """No renewal after this; one in flight is cancelled and waited for (bounded)."""
+        self.stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        renewal = self._renewal
+        if renewal is not None and not renewal.done():
+            await _stop(renewal, self._ttl_s)
 
 
 @asynccontextmanager
 async def _held(store: Any, name: str, owner: str, ttl_s: float, acquired: bool) -> AsyncIterator[None]:
-    stopped = asyncio.Event()
-    beat = asyncio.ensure_future(_heartbeat(store, name, owner, ttl_s, stopped)) if acquired else None
+    beat = _Heartbeat(store, name, owner, ttl_s) if acquired else None
     try:
         yield
     finally:
         try:
-            stopped.set()
             if beat is not None:
-                await _stop(beat, ttl_s)
+                await beat.stop()
         finally:
             if acquired:
                 await _release(store, name, owner)
 
 
 async def _stop(beat: asyncio.Future[None], ttl_s: float) -> None:
-    """Cancel the heartbeat and wait for it to end, letting a cancel of the *caller* through.
+    """Cancel a renewal in flight and wait for it to end, letting a cancel of the *caller* through.
 
-    ``await beat`` after ``beat.cancel()`` cannot tell the heartbeat's CancelledError from the
-    caller's: a cancel of the caller landing in that await is handed to the awaited heartbeat
+    ``await beat`` after ``beat.cancel()`` cannot tell the renewal's CancelledError from the
+    caller's: a cancel of the caller landing in that await is handed to the awaited renewal
     (already cancelled), comes back as its CancelledError and was swallowed with it, so the
     caller went on (``aclose(cancel=True)`` hung on a buffering cycle that then called an
-    Observer which never answered). ``asyncio.wait`` never raises the heartbeat's outcome and
+    Observer which never answered). ``asyncio.wait`` never raises the renewal's outcome and
     raises the caller's own cancellation."""
     beat.cancel()
-    await asyncio.wait({beat}, timeout=ttl_s)  # bounded: a heartbeat that lost its cancel still sees `stopped`
+    await asyncio.wait({beat}, timeout=ttl_s)  # bounded: a renewal that lost its cancel still sees `stopped`
 
 
 @asynccontextmanager

@@ -136,5 +136,22 @@ def editable(record: OMRecord) -> OMRecord:
     return record.model_copy(update={
         "groups": list(record.groups), "buffered_chunks": list(record.buffered_chunks),
         "last_observed_seq": dict(record.last_observed_seq), "last_observed_id": dict(record.last_observed_id),
-        "metadata": copy.deepcopy(record.metadata),
+        "metadata": copied(record.metadata),
     })
+
+
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
+def copied(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, strings, numbers), anything else through
+    ``copy.deepcopy``: a record's metadata is JSON data, and ``deepcopy``'s memo and dispatch
+    cost several times this walk on every cycle's commit."""
+    kind = type(value)
+    if kind is dict:
+        return {key: copied(item) for key, item in value.items()}
+    if kind is list:
+        return [copied(item) for item in value]
+    if kind in _ATOMS:
+        return value
+    return copy.deepcopy(value)

@@ -94,6 +94,23 @@ def _safe_block(block: Any) -> Any:
     return block
 
 
+_NAMES: dict[int, tuple[Any, str]] = {}  # id(model) -> (model, name)
+_NAMES_LIMIT = 64
+
+
+def _name_of(model: Any) -> str:
+    """``describe_model`` once per model object: a chat model's name comes from its LangSmith
+    parameters (~30 us), read on every call for what only names it in logs and errors."""
+    held = _NAMES.get(id(model))
+    if held is not None and held[0] is model:
+        return held[1]
+    name = describe_model(model)
+    if len(_NAMES) >= _NAMES_LIMIT:
+        _NAMES.clear()  # bounded: a dynamic spec may hand out a new model per call
+    _NAMES[id(model)] = (model, name)
+    return name
+
+
 def _call_kwargs(model: ChatRunnable, settings: ModelSettings | None,
                  provider_options: Mapping[str, Any]) -> dict[str, Any]:
     """The settings a chat model instance is called with: only the kwargs it declares, so no
@@ -147,12 +164,12 @@ async def acall_om_model(
     config = _call_config(str(role))
     messages = wire_safe(messages)
     for link in links:
-        name = describe_model(link.spec) if not callable(link.spec) or _is_model_instance(link.spec) else "model"
+        name = _name_of(link.spec) if not callable(link.spec) or _is_model_instance(link.spec) else "model"
         try:
             model = _instantiate(link, settings, options)
             kwargs = {} if isinstance(link.spec, str) else _call_kwargs(model, settings, options)
             if model is not link.spec:  # a model given as an instance is named already
-                name = describe_model(model)
+                name = _name_of(model)
         except ModelSelectionError:
             raise
         except Exception as exc:
