@@ -168,7 +168,9 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                 assert thread is not None
                 return thread
 
-        return await self._run(run)
+        # a one-row transaction: inline when the connection is free (a worker thread under a busy
+        # loop waits for the GIL while holding the connection; 200 users' first turns queued 200 of them)
+        return await self._run_inline(run)
 
     async def aget_thread(self, resource_id: str, thread_id: str) -> ThreadInfo | None:
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
