@@ -178,3 +178,50 @@ async def test_a_due_checkpoint_runs_once_in_a_thread_while_concurrent_steps_sta
             assert stored[1].data["data"]["content"].startswith("請求書")
     finally:
         await store.aclose()
+
+
+def _observed_record(text: str) -> Any:
+    from langchain_om.store import ObservationGroup, OMRecord
+
+    group = ObservationGroup(thread_id="t1", start_id="m0", end_id="m2", text=text, tokens=12)
+    return OMRecord(resource_id="alice", thread_id="t1", scope="thread", groups=[group])
+
+
+@pytest.mark.parametrize("text", ["- 🔴 The user prefers trains", "- 🔴 ユーザーは電車を好む 🚄"])
+async def test_a_flushed_commit_runs_inline_when_the_connection_is_free(tmp_path: Path, text: str) -> None:
+    """The commit that marks messages observed (synchronous = FULL) runs on the loop like the other
+    short calls: in a worker thread under a busy loop it held the one connection while it waited
+    for the GIL, and every step's call queued behind it (200 users: ~90 waits a turn)."""
+    store = _CountingStore(tmp_path / "om.db")
+    await store.asetup()
+    try:
+        await store.aensure_thread("alice", "t1")
+        await store.aappend_messages("alice", "t1", [_message(i) for i in range(3)])
+        before = store.thread_calls
+        committed = await store.acommit_record(_observed_record(text), expected_version=0, mark_observed={"t1": 3})
+        assert store.thread_calls == before
+        assert committed.groups[0].text == text
+        assert all(m.observed for m in await store.aget_messages("alice", "t1"))
+    finally:
+        await store.aclose()
+
+
+async def test_a_flushed_commit_still_waits_in_a_thread_for_another_writer(tmp_path: Path) -> None:
+    path = tmp_path / "om.db"
+    store = _CountingStore(path)
+    await store.asetup()
+    try:
+        await store.aensure_thread("alice", "t1")
+        await store.aappend_messages("alice", "t1", [_message(i) for i in range(3)])
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        commit = asyncio.create_task(
+            store.acommit_record(_observed_record("- 🔴 請求書は金曜日"), expected_version=0, mark_observed={"t1": 3}))
+        await asyncio.sleep(0.05)
+        assert not commit.done() and store.thread_calls >= 1
+        other.execute("COMMIT")
+        other.close()
+        assert (await commit).version == 1
+        assert all(m.observed for m in await store.aget_messages("alice", "t1"))
+    finally:
+        await store.aclose()

@@ -161,10 +161,10 @@ class SQLiteRecords(SQLiteConnection):
                 # here (json.loads of the ASCII body cost ~50 us a commit of a short log)
                 return OMRecord.model_validate(plain)
 
-        if flush:
-            return await self._run(run)  # a flushed commit waits for the disk: in a worker thread
-        # staging a chunk, setting a flag: two one-row statements in one transaction, inline when
-        # the connection is free (a worker-thread hop cost as much as the commit)
+        # inline when the connection is free, a flushed commit too (as every commit is with
+        # ``synchronous="full"``): its fsync blocks the loop (~0.3 ms here), but in a worker thread
+        # under a busy loop it held the one connection while waiting for the GIL (p90 17 ms), and
+        # every step's SQLite call queued behind it: at 200 users ~90 waits a turn, ~20 with this
         return await self._run_inline(run)
 
     async def atry_lease(self, name: str, owner: str, ttl_s: float) -> bool:
