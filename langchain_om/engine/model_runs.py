@@ -35,6 +35,7 @@ from ..foundation.events import (
 )
 from ..foundation.hooks import HookContext, Trigger
 from ..foundation.messages import message_timestamp
+from ..foundation.object_memo import ObjectMemo
 from ..foundation.tokens import CONVERSATION_OVERHEAD, MESSAGE_OVERHEAD
 from ..model_calls import failure_policy
 from ..model_calls import observer as observer_mod
@@ -205,21 +206,9 @@ def _newest_moment(core: EngineCore, resource_id: str, batch: Mapping[str, Seque
     return own if own is not None and abs((own - newest.created_at).total_seconds()) <= 1 else newest.created_at
 
 
-_IMAGE_SUPPORT: dict[int, tuple[Any, bool | None]] = {}  # id(spec) -> (spec, capability)
-_IMAGE_SUPPORT_LIMIT = 64
-
-
-def _supports_images(spec: Any) -> bool | None:
-    """``model_supports_images`` once per model object: it reads the model's LangSmith parameters
-    (~40 us), on every Observer call, for an answer that comes from the model's name."""
-    held = _IMAGE_SUPPORT.get(id(spec))
-    if held is not None and held[0] is spec:
-        return held[1]
-    supported = model_supports_images(spec)
-    if len(_IMAGE_SUPPORT) >= _IMAGE_SUPPORT_LIMIT:
-        _IMAGE_SUPPORT.clear()  # bounded: a dynamic spec may hand out a new model per call
-    _IMAGE_SUPPORT[id(spec)] = (spec, supported)
-    return supported
+_supports_images = ObjectMemo(model_supports_images)
+"""``model_supports_images`` once per model object: it reads the model's LangSmith parameters
+(~40 us), on every Observer call, for an answer that comes from the model's name."""
 
 
 async def _call_observer(

@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..foundation.config import ModelSettings
+from ..foundation.object_memo import ObjectMemo
 from ..store.base import replace_lone_surrogates
 from .failures import FAILURE_LOG, attempt_timeout, backoff_delay, classify_error
 from .spend import add_to_process
@@ -94,21 +95,9 @@ def _safe_block(block: Any) -> Any:
     return block
 
 
-_NAMES: dict[int, tuple[Any, str]] = {}  # id(model) -> (model, name)
-_NAMES_LIMIT = 64
-
-
-def _name_of(model: Any) -> str:
-    """``describe_model`` once per model object: a chat model's name comes from its LangSmith
-    parameters (~30 us), read on every call for what only names it in logs and errors."""
-    held = _NAMES.get(id(model))
-    if held is not None and held[0] is model:
-        return held[1]
-    name = describe_model(model)
-    if len(_NAMES) >= _NAMES_LIMIT:
-        _NAMES.clear()  # bounded: a dynamic spec may hand out a new model per call
-    _NAMES[id(model)] = (model, name)
-    return name
+_name_of = ObjectMemo(describe_model)
+"""``describe_model`` once per model object: a chat model's name comes from its LangSmith
+parameters (~30 us), read on every call for what only names it in logs and errors."""
 
 
 def _call_kwargs(model: ChatRunnable, settings: ModelSettings | None,
