@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +182,19 @@ async def test_a_due_checkpoint_runs_once_in_a_thread_while_concurrent_steps_sta
         await store.aclose()
 
 
+@asynccontextmanager
+async def _three_messages(path: Path) -> AsyncIterator[_CountingStore]:
+    """A counting store whose thread t1 (alice) holds three messages; closed afterwards."""
+    store = _CountingStore(path)
+    await store.asetup()
+    try:
+        await store.aensure_thread("alice", "t1")
+        await store.aappend_messages("alice", "t1", [_message(i) for i in range(3)])
+        yield store
+    finally:
+        await store.aclose()
+
+
 def _observed_record(text: str) -> Any:
     from langchain_om.store import ObservationGroup, OMRecord
 
@@ -192,27 +207,17 @@ async def test_a_flushed_commit_runs_inline_when_the_connection_is_free(tmp_path
     """The commit that marks messages observed (synchronous = FULL) runs on the loop like the other
     short calls: in a worker thread under a busy loop it held the one connection while it waited
     for the GIL, and every step's call queued behind it (200 users: ~90 waits a turn)."""
-    store = _CountingStore(tmp_path / "om.db")
-    await store.asetup()
-    try:
-        await store.aensure_thread("alice", "t1")
-        await store.aappend_messages("alice", "t1", [_message(i) for i in range(3)])
+    async with _three_messages(tmp_path / "om.db") as store:
         before = store.thread_calls
         committed = await store.acommit_record(_observed_record(text), expected_version=0, mark_observed={"t1": 3})
         assert store.thread_calls == before
         assert committed.groups[0].text == text
         assert all(m.observed for m in await store.aget_messages("alice", "t1"))
-    finally:
-        await store.aclose()
 
 
 async def test_a_flushed_commit_still_waits_in_a_thread_for_another_writer(tmp_path: Path) -> None:
     path = tmp_path / "om.db"
-    store = _CountingStore(path)
-    await store.asetup()
-    try:
-        await store.aensure_thread("alice", "t1")
-        await store.aappend_messages("alice", "t1", [_message(i) for i in range(3)])
+    async with _three_messages(path) as store:
         other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         other.execute("BEGIN IMMEDIATE")
         commit = asyncio.create_task(
@@ -223,5 +228,3 @@ async def test_a_flushed_commit_still_waits_in_a_thread_for_another_writer(tmp_p
         other.close()
         assert (await commit).version == 1
         assert all(m.observed for m in await store.aget_messages("alice", "t1"))
-    finally:
-        await store.aclose()
