@@ -53,6 +53,7 @@ from ..store.base import (
     record_key,
     utcnow,
 )
+from ..store.step_fast_paths import supports
 from .buffer_handoff import LockLoans
 from .cache_policy import SampledKeys
 from .live_runs import LiveRuns
@@ -122,7 +123,6 @@ class EngineCore:
 
             store = default_store()
         self.store: OMStore = store
-        self._stamp_check: tuple[object, bool] | None = None  # (store, reads stamps): _reads_stamps
         self.counter: TokenCounter = get_token_counter(token_counter)
         self._clock = clock or utcnow
         self._tasks = BackgroundTasks(self.config.failure_policy.background_bound_s(), self.waiting)
@@ -308,22 +308,13 @@ class EngineCore:
         record_thread = self.record_thread(thread_id)
         key = record_key(resource_id, record_thread)
         cached = self._records.get(key)
-        if cached is not None and self._reads_stamps():
+        if cached is not None and supports(self.store, SupportsRecordStamp):  # checked once per store
             stamp = await cast(SupportsRecordStamp, self.store).aget_record_stamp(resource_id, record_thread)
             if stamp is not None and stamp == (cached.version, cached.updated_at):
                 if key in self._records:  # another task may have evicted it during the await: a miss, not an error
                     self._records.move_to_end(key)
                 return cached
         return await self._aread_record(resource_id, record_thread, key)
-
-    def _reads_stamps(self) -> bool:
-        """Whether the store reads a record's stamp alone (``SupportsRecordStamp``), checked once
-        per store object: a runtime protocol check costs ~17 us, and every record load asked it."""
-        store = self.store
-        known = self._stamp_check
-        if known is None or known[0] is not store:
-            known = self._stamp_check = (store, isinstance(store, SupportsRecordStamp))
-        return known[1]
 
     async def arecord_for_attempt(self, resource_id: str, thread_id: str, attempt: int) -> tuple[OMRecord, bool]:
         """The record attempt ``attempt`` of a compare-and-swap loop starts from, and whether it is
