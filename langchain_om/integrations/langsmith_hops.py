@@ -26,6 +26,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from langsmith import run_helpers, utils
+
 logger = logging.getLogger("langchain_om.integrations.langsmith_hops")
 
 _DefaultToThread = Callable[..., Awaitable[Any]]
@@ -43,8 +45,6 @@ def _is_om_hook(traced: Any) -> bool:
 
 def _untraced_setup(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``func`` is LangSmith's ``_setup_run`` for an OM hook that will not be traced."""
-    from langsmith import run_helpers, utils
-
     if func is not run_helpers._setup_run or not args or not _is_om_hook(args[0]):
         return False
     container_input = kwargs.get("container_input") or {}
@@ -58,8 +58,6 @@ def _untraced_setup(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 
 def _untraced_end(func: Any, args: tuple[Any, ...]) -> bool:
     """Whether ``func`` ends a run that ``_setup_run`` never created (tracing was off)."""
-    from langsmith import run_helpers
-
     if not (isinstance(func, functools.partial) and func.func is run_helpers._handle_container_end):
         return False
     container = args[0] if args else None
@@ -80,7 +78,6 @@ def install() -> bool:
     already set (ours or a user's) or this LangSmith has no such hook. Returns whether ours is set."""
     try:
         import langsmith
-        from langsmith import run_helpers
         from langsmith._runtime_overrides import get_runtime_overrides
     except ImportError:  # a LangSmith without runtime overrides: nothing to do
         return False
