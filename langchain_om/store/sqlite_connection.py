@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -107,7 +108,7 @@ class SQLiteConnection:
             self._waits = True
             schema.check_not_newer(conn, self.path)
             if not self.in_memory:
-                conn.execute("PRAGMA journal_mode = WAL")
+                self._switch_to_wal(conn)
                 conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
                 conn.execute("PRAGMA wal_autocheckpoint = 0")  # see _checkpoint_due and _checkpoint
             self._migrate(conn)
@@ -117,6 +118,26 @@ class SQLiteConnection:
             conn.close()
             raise
         return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        """Put the file in WAL mode, waiting up to ``busy_timeout_ms`` for another writer.
+
+        The switch writes the file's header, so it needs SQLite's write lock; when another
+        connection holds it (a second process opening the same new file), SQLite refuses at
+        once without calling the busy handler, as it does for any read upgraded to a write.
+        Retried here with a short backoff (runs in a worker thread: ``_run_inline`` never
+        opens the file)."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        pause = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.05)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         with immediate(conn):
