@@ -51,6 +51,14 @@ def history(lang: str, count: int) -> list[BaseMessage]:
     return out
 
 
+async def gated_om(path: Path) -> tuple[GatedStore, ScriptedObserverModel, ObservationalMemory]:
+    """A set-up store whose buffering lease can be held at a gate, its Observer and its OM."""
+    store = GatedStore(path)
+    await store.asetup()
+    observer = ScriptedObserverModel()
+    return store, observer, om_on(store, observer)
+
+
 def om_on(store: SQLiteStore, observer: ScriptedObserverModel) -> ObservationalMemory:
     return ObservationalMemory(store, model=observer, token_counter="estimator",
                                observation={"message_tokens": 2000, "buffer_tokens": 100})
@@ -66,10 +74,7 @@ def chunk_seqs(om: ObservationalMemory, record: Any) -> list[int]:
 
 @pytest.mark.parametrize("lang", list(TEXTS))
 async def test_a_cycle_observes_the_text_of_an_edit_made_after_it_was_scheduled(tmp_path: Path, lang: str) -> None:
-    store = GatedStore(tmp_path / "om.db")
-    await store.asetup()
-    observer = ScriptedObserverModel()
-    om = om_on(store, observer)
+    store, observer, om = await gated_om(tmp_path / "om.db")
     store.gate = asyncio.Event()
     messages = history(lang, 3)
     await om.aprocess("t", messages)  # crosses a buffering boundary: a cycle waits at its lease
@@ -112,10 +117,7 @@ async def test_a_cycle_takes_nothing_another_worker_buffered_while_it_waited(tmp
 
 @pytest.mark.parametrize("lang", list(TEXTS))
 async def test_the_rows_come_from_the_window_and_from_the_store_once_it_is_gone(tmp_path: Path, lang: str) -> None:
-    store = GatedStore(tmp_path / "om.db")
-    await store.asetup()
-    observer = ScriptedObserverModel()
-    om = om_on(store, observer)
+    store, observer, om = await gated_om(tmp_path / "om.db")
     messages = history(lang, 3)
     store.gate = asyncio.Event()
     await om.aprocess("t", messages)
