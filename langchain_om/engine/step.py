@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -22,7 +23,7 @@ from ..foundation.run_steps import run_mark
 from ..model_calls import failure_policy
 from ..model_calls.failures import turn_budget
 from ..store.base import OMRecord, SupportsThreadHead, record_key
-from ..store.step_fast_paths import ThreadHead
+from ..store.step_fast_paths import ThreadHead, supports
 from . import planner
 from .activation import aactivate_chunks, observation_signals
 from .background import schedule, start_idle_buffering
@@ -60,10 +61,11 @@ async def astep(
             # effect at its append's commit, as if the read below had run right after it
             last_seq, stamp = inputs.head
             record = await core.arecord_at_stamp(resource, thread_id, stamp)
-        elif isinstance(core.store, SupportsThreadHead) and not inputs.edited:
+        elif not inputs.edited and supports(core.store, SupportsThreadHead):  # checked once per store
             # the record's stamp and the thread's last seq (the window's refresh) in one read;
             # an edit appends rows after it, so a step with edits reads the last seq after them
-            last_seq, stamp = await core.store.aget_thread_head(resource, thread_id, core.record_thread(thread_id))
+            last_seq, stamp = await cast(SupportsThreadHead, core.store).aget_thread_head(
+                resource, thread_id, core.record_thread(thread_id))
             record = await core.arecord_at_stamp(resource, thread_id, stamp)
         else:
             record = await core.aload_record(resource, thread_id)

@@ -20,7 +20,6 @@ class InvalidStoreInput(ValueError):
         super().__init__(f"{field}: {message}")
 
 
-
 def record_key(resource_id: str, thread_id: str | None) -> str:
     """Records are keyed by resource, plus thread in thread scope."""
     thread = thread_id if thread_id is not None else RESOURCE_SCOPE_THREAD
