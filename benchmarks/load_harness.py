@@ -130,7 +130,8 @@ class LoadResult:
     cpu_s: float = 0.0
     model_cpu_s: float = 0.0
     harness_cpu_s: float = 0.0
-    """CPU of the harness's own lag probe thread (``LagProbe``), excluded like the models'."""
+    """CPU of the harness's own threads (the lag probe, the caller's progress bar: ``run_load``'s
+    ``harness_cpu``), excluded like the models'."""
     observer_calls: int = 0
     background_done: bool = True
     rss_mb: list[tuple[float, float]] = field(default_factory=list)
@@ -248,8 +249,12 @@ def build_om(store: OMStore, plan: LoadPlan, observer: ScriptedObserverModel,
     return om
 
 
-async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None] | None = None) -> LoadResult:
-    """Drive ``plan`` against ``store`` (set up already); returns figures and integrity problems."""
+async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None] | None = None,
+                   harness_cpu: Callable[[], float] | None = None) -> LoadResult:
+    """Drive ``plan`` against ``store`` (set up already); returns figures and integrity problems.
+
+    ``harness_cpu``: the CPU seconds the caller's own threads have used so far (a progress bar's
+    redraws); what they use during the run is excluded from its CPU, like the lag probe's."""
     from langchain.agents import create_agent
 
     from langchain_om.integrations.middleware import ObservationalMemoryMiddleware
@@ -302,6 +307,7 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
     gc.collect()
     probe.start()
     cpu0, wall0, model0 = time.process_time(), time.perf_counter(), _Timed.cpu_s
+    caller0 = harness_cpu() if harness_cpu is not None else 0.0
     try:
         await asyncio.gather(*(user(u) for u in range(plan.users)))
         if om is not None:
@@ -313,9 +319,10 @@ async def run_load(store: OMStore, plan: LoadPlan, *, on_turn: Callable[[], None
         result.cpu_s = time.process_time() - cpu0
         result.wall_s = time.perf_counter() - wall0
         result.model_cpu_s = _Timed.cpu_s - model0
+        caller = harness_cpu() - caller0 if harness_cpu is not None else 0.0
         stop.set()
         probe.stop()
-        result.harness_cpu_s = probe.cpu_s
+        result.harness_cpu_s = probe.cpu_s + caller
         if sampler is not None:
             await sampler
         logging.getLogger("langchain_om").removeHandler(capture)

@@ -36,3 +36,36 @@ async def test_a_blocked_loop_shows_its_lag_and_an_idle_one_is_not_woken() -> No
     assert max(lags) >= 50  # the blocked stretch shows as lag
     assert probe.cpu_s > 0
     assert loop._selector.select == original  # type: ignore[attr-defined]  # the loop is as it was
+
+
+async def test_the_progress_bars_redraws_are_excluded_from_a_runs_cpu() -> None:
+    """The bar redraws from a thread of its own (``BarRedraws``), its CPU counted; ``run_load``
+    excludes what that thread used during the run, as it excludes the probe's."""
+    from benchmarks.load import BarRedraws
+    from benchmarks.load_harness import LoadPlan, run_load
+    from langchain_om.store.memory import InMemoryStore
+
+    class BusyBar:
+        redraws = 0
+
+        def refresh(self) -> None:  # a costly redraw: ~2 ms of CPU
+            self.redraws += 1
+            until = time.thread_time() + 0.002
+            while time.thread_time() < until:
+                pass
+
+    bar = BusyBar()
+    read: list[tuple[float, int]] = []  # (the redraws' CPU, redraws so far) each time run_load asks
+    with BarRedraws(bar, every_s=0.005) as redraws:
+        def harness_cpu() -> float:
+            read.append((redraws.cpu_s(), bar.redraws))
+            return read[-1][0]
+
+        result = await run_load(InMemoryStore(), LoadPlan(users=1, turns=3, observer_latency_s=0.05,
+                                                          message_tokens=40), harness_cpu=harness_cpu)
+    assert result.turns == 3 and not result.errors
+    assert len(read) == 2  # at the run's start and end
+    (before, drawn_before), (after, drawn_after) = read
+    assert drawn_after - drawn_before >= 3  # redrawn during the run, by the bar's own thread
+    assert after - before >= 0.002 * (drawn_after - drawn_before - 1)  # each redraw's CPU counted
+    assert result.harness_cpu_s >= after - before  # and excluded, beside the probe's own
