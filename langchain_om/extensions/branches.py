@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from ..store.base import (
     BRANCH_MARK,
@@ -128,16 +130,26 @@ _CACHE_LIMIT = 4096  # entries per in-process cache: a long-lived server forgets
 class _Bounded(OrderedDict[Any, Any]):
     """An LRU map: forgetting an entry only costs a repeated (idempotent) store write or read."""
 
+    limit = _CACHE_LIMIT
+
     def remember(self, key: Any, value: Any = None) -> None:
         self[key] = value
         self.move_to_end(key)
-        while len(self) > _CACHE_LIMIT:
+        while len(self) > self.limit:
             self.popitem(last=False)
+
+
+class _Records(_Bounded):
+    """Record snapshots of runs without a checkpointer, kept in this process only (a few: each
+    holds an observation log)."""
+
+    limit = 64
 
 
 @dataclass
 class _Cache:
     snapshots: _Bounded = field(default_factory=_Bounded)  # (resource, record id, version) written
+    unsaved: _Records = field(default_factory=_Records)  # (resource, record id, version) -> record, not written
     documents: _Bounded = field(default_factory=_Bounded)  # (resource, digest) written
     active: _Bounded = field(default_factory=_Bounded)  # thread -> (resource, branch) of its latest step
 
@@ -150,6 +162,13 @@ def _cache(om: MemoryHost) -> _Cache:
     if cache is None:
         cache = _CACHES[om] = _Cache()
     return cache
+
+
+def is_checkpointed(config: RunnableConfig | None) -> bool:
+    """Whether the run saves checkpoints: LangGraph hands every node the checkpointer (its
+    graph's, or the parent graph's for a subgraph) in the config, None when there is none."""
+    configurable = (config or {}).get("configurable") or {}
+    return configurable.get(CONFIG_KEY_CHECKPOINTER) is not None
 
 
 def active_branch(om: MemoryHost, thread_id: str, resource_id: str | None) -> tuple[str, str | None]:
@@ -305,6 +324,9 @@ async def _mark_resource_watermark(om: MemoryHost, resolved: str, branch: str, p
 async def _load_snapshot(om: MemoryHost, resolved: str, position: Position | None) -> OMRecord | None:
     if position is None or position.record is None or position.version is None:
         return None
+    kept: OMRecord | None = _cache(om).unsaved.get((resolved, position.record, position.version))
+    if kept is not None:
+        return kept
     value = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE, f"record:{position.record}:{position.version}")
     if value is None:
         return None
@@ -327,13 +349,19 @@ async def _copy_working_memory(om: MemoryHost, resolved: str, branch: str, posit
         await om.store.aput_value(resolved, _WM_NAMESPACE, _wm_key(branch), document)
 
 
-async def aposition(om: MemoryHost, run: BranchRun, head: ThreadHead | None = None) -> dict[str, Any]:
+async def aposition(om: MemoryHost, run: BranchRun, head: ThreadHead | None = None, *,
+                    checkpointed: bool = True) -> dict[str, Any]:
     """The position to write into the checkpointed state after a step on ``run.branch``.
 
     Keeps what a later fork from this checkpoint needs: the record snapshot of this version
     (written once per version) and the working memory document (once per distinct document).
     A step that changed nothing costs one small read (the branch's last seq) and a cached record
-    check; none with ``head``, the branch's head as the turn's own append just committed it."""
+    check; none with ``head``, the branch's head as the turn's own append just committed it.
+
+    ``checkpointed`` False (``is_checkpointed``: the run saves no checkpoint): no later run can
+    resume from this position, only the rest of this run reads it back, so the record snapshot
+    stays in this process (``_Records``) instead of a store write (a transaction and the whole
+    record as JSON, on each new version)."""
     cache = _cache(om)
     resolved = om.resolve_resource(run.branch, run.resource_id)
     if head is not None:
@@ -347,7 +375,10 @@ async def aposition(om: MemoryHost, run: BranchRun, head: ThreadHead | None = No
         seq = await om.store.alast_seq(resolved, run.branch)
         record = await om.aload_record(resolved, run.branch)  # cached: a stamp read when unchanged
     snap_key = (resolved, record.id, record.version)
-    if snap_key not in cache.snapshots:
+    if not checkpointed:
+        if snap_key not in cache.snapshots:
+            cache.unsaved.remember(snap_key, record)  # records are never changed in place (editable())
+    elif snap_key not in cache.snapshots:
         await om.store.aput_value(resolved, SNAPSHOT_NAMESPACE, f"record:{record.id}:{record.version}",
                                   record.model_dump(mode="json"))
         cache.snapshots.remember(snap_key)

@@ -40,7 +40,7 @@ from typing_extensions import NotRequired, TypedDict
 from ..engine import ObservationalMemory, OMAborted, OMContext, Phase
 from ..engine.live_runs import closed_at_turn_end
 from ..engine.persistence import HeadMovedOn, deferred_fork_check
-from ..extensions.branches import POSITION_KEY, BranchRun, aposition, aresolve
+from ..extensions.branches import POSITION_KEY, BranchRun, aposition, aresolve, is_checkpointed
 from ..foundation.context import OM_CONTEXT_MESSAGE_ID
 from ..foundation.run_ids import resource_from
 
@@ -114,7 +114,7 @@ async def aprocess_at_checkpoint(
     so background cycles that end before that stream their events into it (``live_runs.py``).
     """
     context, run = await aprocess_on_branch(om, state, messages, config, live=live, **kwargs)
-    return context, await aposition(om, run), run.branch, run.resource_id
+    return context, await aposition(om, run, checkpointed=is_checkpointed(config)), run.branch, run.resource_id
 
 
 async def aprocess_on_branch(
@@ -150,7 +150,7 @@ async def aturn_end_at_checkpoint(
     run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
     await om.aon_turn_end(run.branch, messages, resource_id=run.resource_id, config=config)
     await om._live_runs.aclose(config)  # the run ends here: later background events wait for the next step
-    return await aposition(om, run)
+    return await aposition(om, run, checkpointed=is_checkpointed(config))
 
 
 def node_input_schema(builder: StateGraph[Any, Any, Any, Any]) -> type[Any] | None:

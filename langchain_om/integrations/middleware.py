@@ -38,7 +38,7 @@ from typing_extensions import NotRequired
 
 from ..engine import ObservationalMemory, OMContext
 from ..engine.step import aturn_end
-from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root
+from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root, is_checkpointed
 from ..foundation.context import merge_system_messages
 from . import langsmith_hops
 from .graph import (
@@ -201,7 +201,8 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         # the engine's turn end (what ``om.aon_turn_end`` runs), for the head its append committed:
         # the position then needs no read of its own (``SupportsHeadAppend``)
         head = await aturn_end(self.om, branch, after, resource_id=resource_id, config=config)
-        position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id), head)
+        position = await aposition(self.om, BranchRun(branch_root(branch), branch, resource_id), head,
+                                   checkpointed=is_checkpointed(config))
         key = ids_from_config(config)
         # no move_to_end: a sync twin on OM's loop thread may pop the key in between (a miss, not an error)
         self._turn_ends.pop(key, None)
@@ -221,7 +222,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
                                         live=True, current_model=model_id(request.model))
 
     async def _aposition(self, run: BranchRun) -> dict[str, Any]:
-        return await aposition(self.om, run)
+        return await aposition(self.om, run, checkpointed=is_checkpointed(_run_config()))
 
     async def _aunchanged_since_turn_end(self, state: OMAgentState, config: RunnableConfig) -> bool:
         """Whether the run's state is what the model node's end of turn stored and wrote: the same
