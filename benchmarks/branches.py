@@ -17,6 +17,8 @@ import os
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.integrations.graph import aprocess_at_checkpoint
@@ -29,7 +31,9 @@ from .common import Timer, conversation, fmt, ratio, section_main, summary, tabl
 from .history import OM_MESSAGE_TOKENS, OM_OBSERVATION_TOKENS, THREAD, _append, bench_counter, preload_om, tempdir
 from .progress import track
 
-CONFIG: Any = {"configurable": {"thread_id": THREAD}}  # the thread's private resource, as preload_om writes it
+# the thread's private resource, as preload_om writes it; and a checkpointer, as LangGraph hands every node
+# one in a checkpointed run (without one the record snapshots would stay in the process: branches.aposition)
+CONFIG: Any = {"configurable": {"thread_id": THREAD, CONFIG_KEY_CHECKPOINTER: InMemorySaver()}}
 
 
 def _om(store: OMStore, counter: Any) -> ObservationalMemory:

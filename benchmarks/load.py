@@ -13,7 +13,8 @@ call, the agent's model ``--agent-latency`` s (``asyncio.sleep``: a provider lea
 idle). The same run without OM (the bare agent) is measured beside it, so OM's own cost is the
 difference. Figures per run: turns/s, per-turn p50/p95/p99/max, event-loop lag p99/max,
 failed turns, background failures, CPU per turn (process CPU / turns, excluding the scripted
-models' own CPU and the harness's threads: the lag probe, the progress bar's redraws) and an
+models' own CPU and the harness's threads: the lag probe, the progress bar's redraws; OM runs
+without an ``on_debug_event`` handler, as a server does, unless ``--debug-events``) and an
 integrity check (every sent message stored once, none observed twice, none sent to the Observer
 twice). ``--soak M`` runs M minutes over more threads than
 ``om.cache_limit`` and samples RSS. PostgreSQL needs ``LANGCHAIN_OM_TEST_PG_DSN`` (or
@@ -82,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser, quick: bool) -> None:
     parser.add_argument("--agent-latency", type=float, default=0.0, help="seconds per agent model call")
     parser.add_argument("--via", choices=["middleware", "aprocess"], default="middleware")
     parser.add_argument("--no-bare", action="store_true", help="skip the runs without OM")
+    parser.add_argument("--debug-events", action="store_true",
+                        help="run OM with an on_debug_event handler (off: OM as a server runs it)")
     parser.add_argument("--soak", type=float, default=0.0, help="minutes of soak (0: the user matrix)")
     parser.add_argument("--soak-users", type=int, default=24)
     parser.add_argument("--cache-limit", type=int, default=32, help="om.cache_limit in soak mode")
@@ -159,19 +162,21 @@ async def _runs(args: argparse.Namespace, workdir: Path, *, warm_up: bool = Fals
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     plans: list[tuple[str, str, LoadPlan]] = []
+    debug_events = bool(getattr(args, "debug_events", False))  # absent from an older worker spec
     for kind in args.stores:
         if args.soak:
             threads = 3 * args.cache_limit
             plans.append((kind, "soak", LoadPlan(
                 users=args.soak_users, threads=threads, turns=10**6, via=args.via,
                 observer_latency_s=args.observer_latency, agent_latency_s=args.agent_latency,
-                cache_limit=args.cache_limit, duration_s=args.soak * 60)))
+                debug_events=debug_events, cache_limit=args.cache_limit, duration_s=args.soak * 60)))
             continue
         for users in args.users:
             for with_om in ([True] if args.no_bare else [False, True]):
                 plans.append((kind, f"{users}{'' if with_om else '-bare'}", LoadPlan(
                     users=users, turns=args.turns, via=args.via, with_om=with_om,
-                    observer_latency_s=args.observer_latency, agent_latency_s=args.agent_latency)))
+                    observer_latency_s=args.observer_latency, agent_latency_s=args.agent_latency,
+                    debug_events=debug_events)))
     out: dict[str, dict[str, Any]] = {}
     if warm_up:  # lazy imports and first-use caches are paid here, not in a measured run
         for kind in args.stores:
@@ -182,7 +187,8 @@ async def _runs(args: argparse.Namespace, workdir: Path, *, warm_up: bool = Fals
                     # schemas (pydantic's deferred build, ~0.8 ms) and was charged for it
                     await run_load(store, LoadPlan(users=2, turns=max(6, args.turns), via=args.via,
                                                    observer_latency_s=args.observer_latency,
-                                                   agent_latency_s=args.agent_latency))
+                                                   agent_latency_s=args.agent_latency,
+                                                   debug_events=debug_events))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True) if stderr else None, auto_refresh=False) as progress, \
             BarRedraws(progress) as redraws:

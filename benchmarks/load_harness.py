@@ -117,6 +117,10 @@ class LoadPlan:
     duration_s: float | None = None
     """Soak: users keep going until this many seconds passed (``turns`` is then a cap)."""
     background_bound_s: float = 120.0
+    debug_events: bool = True
+    """Count OM's events through ``on_debug_event`` (``LoadResult.events``, what the tests check).
+    The benchmark turns it off: a server runs without a debug handler, and with one OM also builds
+    the ``data-om-wait`` events it only makes for a handler, and the counting is the harness's."""
 
 
 @dataclass
@@ -240,7 +244,8 @@ def build_om(store: OMStore, plan: LoadPlan, observer: ScriptedObserverModel,
              events: Counter[str] | None = None) -> ObservationalMemory:
     seen = events if events is not None else Counter()
     om = ObservationalMemory(
-        store, model=observer, token_counter="estimator", on_debug_event=lambda event: seen.update([_kind(event)]),
+        store, model=observer, token_counter="estimator",
+        on_debug_event=(lambda event: seen.update([_kind(event)])) if plan.debug_events else None,
         observation={"message_tokens": plan.message_tokens},
         reflection={"observation_tokens": plan.observation_tokens},
     )
