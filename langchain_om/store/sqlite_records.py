@@ -249,7 +249,6 @@ class SQLiteRecords(SQLiteConnection):
 
         await self._run_inline(run)
 
-
     async def aupdate_value(self, resource_id: str, namespace: str, key: str, update: ValueUpdate) -> Any:
         """Read, apply ``update`` and write in one ``BEGIN IMMEDIATE`` transaction (other
         connections and processes wait for the write lock, so no update is lost)."""
