@@ -162,7 +162,7 @@ async def _runs(args: argparse.Namespace, workdir: Path, *, warm_up: bool = Fals
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     plans: list[tuple[str, str, LoadPlan]] = []
-    debug_events = bool(getattr(args, "debug_events", False))  # absent from an older worker spec
+    debug_events = args.debug_events
     for kind in args.stores:
         if args.soak:
             threads = 3 * args.cache_limit
