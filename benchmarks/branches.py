@@ -21,7 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.integrations.graph import aprocess_at_checkpoint
+from langchain_om.integrations.turn import aprocess_at_checkpoint
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.store.sqlite import SQLiteStore

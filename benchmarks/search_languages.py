@@ -26,11 +26,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from langchain_om.store import sqlite_cjk
 from langchain_om.store.base import NewMessage, OMStore
 from langchain_om.store.postgres import PostgresStore
 from langchain_om.store.search import search_text
 from langchain_om.store.sqlite import SQLiteStore
+from langchain_om.store.sqlite import cjk as sqlite_cjk
 
 from .common import START, Timer, section_main, summary, table, verdicts
 from .progress import note

@@ -31,10 +31,11 @@ if TYPE_CHECKING:
     from .foundation.hooks import HookContext, ObserveHooks
     from .foundation.run_ids import ConflictingResourceError
     from .integrations.callbacks import OMConsoleHandler, OMEventHandler, SyncOMEventHandler
-    from .integrations.graph import add_observational_memory, om_pre_model_hook, om_tools, om_turn_end_node
+    from .integrations.graph import add_observational_memory, om_pre_model_hook, om_turn_end_node
     from .integrations.history import ObservationalChatMessageHistory, one_system_message
     from .integrations.middleware import ObservationalMemoryMiddleware
     from .integrations.runnable_history import RunnableWithObservationalMemory, UnmergedSystemMessagesWarning
+    from .integrations.tools import om_tools
     from .model_calls.failures import OMObservationError
     from .model_calls.models import ModelByInputTokens, ModelSelectionError, ModelWithRetries, OMModelError
     from .store import InMemoryStore, OMRecord, OMStore, PostgresStore, SQLiteStore
@@ -68,7 +69,7 @@ _EXPORTS: dict[str, str] = {
     "SyncOMEventHandler": ".integrations.callbacks",
     "add_observational_memory": ".integrations.graph",
     "om_pre_model_hook": ".integrations.graph",
-    "om_tools": ".integrations.graph",
+    "om_tools": ".integrations.tools",
     "om_turn_end_node": ".integrations.graph",
     "ObservationalChatMessageHistory": ".integrations.history",
     "one_system_message": ".integrations.history",
@@ -131,6 +132,26 @@ __all__ = [
     "om_turn_end_node",
     "one_system_message",
 ]
+
+
+_OLD_IMPORT_PATHS: dict[str, tuple[str, str]] = {
+    "langchain_om.callbacks": ("langchain_om.integrations.callbacks", "0.3.0"),
+    "langchain_om.config": ("langchain_om.foundation.config", "0.3.0"),
+    "langchain_om.events": ("langchain_om.foundation.events", "0.3.0"),
+    "langchain_om.graph": ("langchain_om.integrations.graph", "0.3.0"),
+    "langchain_om.history": ("langchain_om.integrations.history", "0.3.0"),
+    "langchain_om.middleware": ("langchain_om.integrations.middleware", "0.3.0"),
+    "langchain_om.ui": ("langchain_om.integrations.ui", "0.3.0"),
+    "langchain_om.integrations.graph.om_tools": ("langchain_om.integrations.tools.om_tools", "0.3.0"),
+    "langchain_om.integrations.graph.ids_from_config": ("langchain_om.integrations.turn.ids_from_config", "0.3.0"),
+    "langchain_om.integrations.graph.TRIPWIRE_KEY": ("langchain_om.integrations.turn.TRIPWIRE_KEY", "0.3.0"),
+}
+"""Every re-export that only keeps an older import path alive: old path -> (where the thing lives
+now, the release that removes the old path). The root's one-line modules are the flat layout's;
+the ``integrations.graph`` names date from before the shared turn moved to ``integrations/turn.py``
+(issue 42). ``langchain_om.store.sqlite`` / ``.postgres`` / ``.memory`` are not shims: they are the
+backend packages, and their ``__init__`` names what they export. ``tests/test_import_graph.py``
+holds this list to the files."""
 
 
 def __getattr__(name: str) -> Any:

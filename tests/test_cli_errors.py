@@ -224,7 +224,7 @@ def test_om_databases_carry_an_application_id_and_older_ones_get_it_on_open(
 ) -> None:
     import sqlite3
 
-    from langchain_om.store.sqlite_schema import APPLICATION_ID
+    from langchain_om.store.sqlite.schema import APPLICATION_ID
 
     def application_id(path: Path) -> int:
         conn = sqlite3.connect(path)

@@ -18,12 +18,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.foundation.tokens import CACHE_KEY
-from langchain_om.store import postgres_fingerprints, sqlite_fingerprints, sqlite_keyword_queue
 from langchain_om.store._util import from_jsonb_safe
 from langchain_om.store.base import OMStore, implicit_resource
 from langchain_om.store.known import FINGERPRINT_PATH, stored_fingerprint
 from langchain_om.store.postgres import PostgresStore
+from langchain_om.store.postgres import fingerprints as postgres_fingerprints
 from langchain_om.store.sqlite import SQLiteStore
+from langchain_om.store.sqlite import fingerprints as sqlite_fingerprints
+from langchain_om.store.sqlite import keyword_queue as sqlite_keyword_queue
 from langchain_om.testing import ScriptedObserverModel
 
 THREAD = "指紋スレッド"

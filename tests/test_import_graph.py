@@ -168,3 +168,89 @@ def test_no_module_is_longer_than_a_sitting() -> None:
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > 600}
     assert long == {}, long
+
+
+# ---- the store's rooms and the integrations' shared turn (issue 42) --------------------------------
+
+BACKEND_PACKAGES = ("sqlite", "postgres", "memory")
+SHARED_BACKEND_LAYOUT = {"store", "connection", "schema", "records", "search", "vectors"}
+"""The inner layout every server-backed backend package repeats (LangGraph's checkpoint packages
+are the model): a reader who knows one backend finds the same concept under the same name."""
+
+
+def test_each_backend_is_a_package_of_its_own_with_the_same_layout() -> None:
+    store = ROOT / "store"
+    for backend in BACKEND_PACKAGES:
+        assert (store / backend / "__init__.py").is_file(), backend
+    for backend in ("sqlite", "postgres"):
+        stems = {p.stem for p in (store / backend).glob("*.py")}
+        assert SHARED_BACKEND_LAYOUT <= stems, (backend, sorted(SHARED_BACKEND_LAYOUT - stems))
+    assert (store / "memory" / "store.py").is_file()
+
+
+def test_no_module_outside_a_backend_package_is_named_after_a_backend() -> None:
+    backend_words = ("sqlite", "postgres", "pg_")
+    misplaced = []
+    for name in _modules():
+        inside = any(name == f"{PACKAGE}.store.{b}" or name.startswith(f"{PACKAGE}.store.{b}.")
+                     for b in BACKEND_PACKAGES)
+        leaf = name.rpartition(".")[2]
+        if not inside and (any(word in leaf for word in backend_words) or
+                           (name.startswith(f"{PACKAGE}.store.") and leaf.startswith("memory"))):
+            misplaced.append(name)
+    assert misplaced == []
+
+
+def test_the_shared_store_modules_import_no_backend() -> None:
+    """The contract and helpers at the store's top stand below every backend: a new backend builds
+    on them, and none of them knows one (the package's ``__init__`` re-exports the backends)."""
+    graph = import_graph()
+    shared = [n for n in graph if n.startswith(f"{PACKAGE}.store.") and n.count(".") == 2
+              and n.rpartition(".")[2] not in BACKEND_PACKAGES]
+    assert len(shared) >= 8, shared
+    for name in shared:
+        reached = sorted(t for t in graph[name] if any(t.startswith(f"{PACKAGE}.store.{b}") for b in BACKEND_PACKAGES))
+        assert reached == [], (name, reached)
+
+
+SHARED_INTEGRATION_MODULES = {"turn", "tools", "wire_json", "langsmith_hops"}
+"""Integration modules that are shared pieces, not integrations: the checkpoint-aware turn, OM's
+tools, the wire's JSON and LangSmith's helpers."""
+
+
+def test_no_integration_runs_its_step_through_another_integration() -> None:
+    graph = import_graph()
+    prefix = f"{PACKAGE}.integrations."
+    crossing = sorted(
+        (name, target) for name, targets in graph.items() if name.startswith(prefix)
+        for target in targets
+        if target.startswith(prefix) and target.removeprefix(prefix) not in SHARED_INTEGRATION_MODULES
+        # RunnableWithObservationalMemory is LangChain's wrapper around the history class itself
+        and (name, target) != (f"{prefix}runnable_history", f"{prefix}history")
+    )
+    assert crossing == []
+    for integration in ("graph", "middleware", "history"):
+        assert f"{prefix}turn" in graph[f"{prefix}{integration}"], integration
+
+
+def test_every_kept_import_path_is_listed_once_with_its_removal_version() -> None:
+    import importlib
+    import re
+
+    listed = langchain_om._OLD_IMPORT_PATHS
+    for old, (new, version) in listed.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), old
+        def resolve(path: str) -> object:
+            module, _, attr = path.rpartition(".")
+            try:
+                return importlib.import_module(path)
+            except ModuleNotFoundError:
+                return getattr(importlib.import_module(module), attr)
+        old_value, new_value = resolve(old), resolve(new)
+        if hasattr(old_value, "__file__"):  # a one-line module re-exporting the new one
+            assert all(getattr(old_value, n) is getattr(new_value, n) for n in getattr(new_value, "__all__", []))
+        else:
+            assert old_value is new_value, old
+    root_shims = {p.removeprefix(f"{PACKAGE}.") for p in listed if p.count(".") == 1}
+    root = {p.stem for p in ROOT.glob("*.py")}
+    assert root - {"__init__", "__main__", "testing"} == root_shims

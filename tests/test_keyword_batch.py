@@ -15,8 +15,10 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_om.engine import ObservationalMemory
-from langchain_om.store import NewMessage, SQLiteStore, sqlite_cjk, sqlite_keyword_queue
+from langchain_om.store import NewMessage, SQLiteStore
 from langchain_om.store.base import SCHEMA_VERSION
+from langchain_om.store.sqlite import cjk as sqlite_cjk
+from langchain_om.store.sqlite import keyword_queue as sqlite_keyword_queue
 from langchain_om.testing import ScriptedObserverModel
 
 EN = "The ferry to Miyajima leaves at 7:40 from pier four"

@@ -17,17 +17,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from langchain_om.store import (
-    NewMessage,
-    ObservationGroup,
-    OMRecord,
-    PostgresStore,
-    postgres_append,
-    postgres_fingerprints,
-    postgres_schema,
-)
-from langchain_om.store import postgres as pg
+from langchain_om.store import NewMessage, ObservationGroup, OMRecord, PostgresStore
 from langchain_om.store.base import record_key
+from langchain_om.store.postgres import append as postgres_append
+from langchain_om.store.postgres import fingerprints as postgres_fingerprints
+from langchain_om.store.postgres import schema as postgres_schema
+from langchain_om.store.postgres import store as pg
 
 pytestmark = pytest.mark.postgres
 

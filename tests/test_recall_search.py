@@ -16,7 +16,8 @@ from recall_helpers import T0, make_om, result_dict, seed, stamped
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.extensions.recall import fuse_rankings, retrieval_instructions
-from langchain_om.store import OMStore, PostgresStore, SQLiteStore, sqlite_schema
+from langchain_om.store import OMStore, PostgresStore, SQLiteStore
+from langchain_om.store.sqlite import schema as sqlite_schema
 
 
 class CountingEmbedding(DeterministicFakeEmbedding):

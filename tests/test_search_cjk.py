@@ -14,16 +14,11 @@ from typing import Any
 
 import pytest
 
-from langchain_om.store import (
-    NewMessage,
-    OMStore,
-    PostgresStore,
-    SQLiteStore,
-    postgres_cjk,
-    sqlite_cjk,
-    sqlite_keyword_queue,
-)
+from langchain_om.store import NewMessage, OMStore, PostgresStore, SQLiteStore
 from langchain_om.store.cjk import cjk_index_tokens, normalise, query_words
+from langchain_om.store.postgres import cjk as postgres_cjk
+from langchain_om.store.sqlite import cjk as sqlite_cjk
+from langchain_om.store.sqlite import keyword_queue as sqlite_keyword_queue
 
 R1, R2 = "res-ja", "res-other"
 
@@ -244,7 +239,7 @@ async def test_postgres_migration_builds_the_index_in_batches_and_resumes_after_
         await cur.execute(store._q("DROP TABLE {s}.search_backfill"))
         await cur.execute(store._q("UPDATE {s}.schema_version SET version = 6"))
     monkeypatch.setattr(postgres_cjk, "BACKFILL_BATCH", 2)
-    from langchain_om.store import postgres_connection
+    from langchain_om.store.postgres import connection as postgres_connection
 
     crash = CrashAfter(postgres_cjk.backfill_batch, 2)
     monkeypatch.setattr(postgres_connection, "backfill_batch", crash)

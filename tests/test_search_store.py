@@ -21,9 +21,9 @@ from langchain_om.store import (
     VectorItem,
     decode_vector,
     encode_vector,
-    sqlite_schema,
 )
 from langchain_om.store.search import MAX_QUERY_CHARS
+from langchain_om.store.sqlite import schema as sqlite_schema
 
 R1, R2 = "res-1", "res-2"
 
@@ -262,7 +262,8 @@ async def test_messages_with_every_word_rank_first(store: OMStore, store_kind: s
 async def test_common_words_rank_only_the_newest_candidates(
     store: OMStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from langchain_om.store import postgres_search, sqlite_search
+    from langchain_om.store.postgres import search as postgres_search
+    from langchain_om.store.sqlite import search as sqlite_search
 
     for module in (sqlite_search, postgres_search):  # where each store's ranking lives
         monkeypatch.setattr(module, "RANK_CANDIDATES", 3)

@@ -1,16 +1,17 @@
-"""The storage contract, run unchanged against every backend (memory, SQLite, PostgreSQL).
+"""The store conformance suite: the storage contract, run unchanged against every backend.
 
-Backend-specific guarantees (SQLite persistence and multi-process safety, PostgreSQL
-migration locking and pool ownership) follow at the end.
+Every test taking the ``store`` fixture runs once per backend of ``conftest.STORE_FACTORIES``
+(memory, SQLite, PostgreSQL), the way ``langgraph-checkpoint``'s conformance tests run against each
+saver. A new backend implements ``OMStore`` in a package of its own under ``langchain_om/store/``
+and adds one factory to that parameter; ``test_every_backend_runs_the_conformance_suite`` fails
+until it does. What only one backend promises lives beside it: ``test_store_sqlite.py``,
+``test_store_postgres.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
-import sys
-import textwrap
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,9 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from langchain_om.store import (
-    SCHEMA_VERSION,
     BufferedChunk,
-    InMemoryStore,
     InvalidStoreInput,
     NewMessage,
     ObservationGroup,
@@ -32,10 +31,7 @@ from langchain_om.store import (
     PostgresStore,
     RecordConflictError,
     SQLiteStore,
-    StoredMessage,
-    StoreError,
     SupportsRecordStamp,
-    default_store,
 )
 from langchain_om.store.base import implicit_resource
 
@@ -367,21 +363,6 @@ async def test_marks_interleaved_with_appends_observe_exactly_the_rows_stored_un
             version = committed.version
             stored = [flag or seq <= n for seq, flag in enumerate(stored, start=1)]
     assert [m.observed for m in await store.aget_messages(R1, thread)] == stored
-
-
-def test_sqlite_marks_observed_through_the_unobserved_index(tmp_path: Path) -> None:
-    """A commit walks the partial index of unobserved rows, not the thread's history."""
-    from langchain_om.store.sqlite import MARK_OBSERVED_SQL, MIGRATIONS
-
-    conn = sqlite3.connect(tmp_path / "plan.db")
-    for version in sorted(MIGRATIONS):
-        migration = MIGRATIONS[version]
-        if callable(migration):
-            migration(conn)
-        else:
-            conn.executescript(migration)
-    plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + MARK_OBSERVED_SQL, ("x", "t", 5, "r")))
-    assert "messages_unobserved" in plan
 
 
 async def test_thread_named_like_the_resource_record_is_refused(store: OMStore) -> None:
@@ -777,334 +758,6 @@ async def test_concurrent_appends_never_duplicate_seq(store: OMStore) -> None:
     assert [m.id for m in rows].count("shared") == 1
 
 
-# ---- store-specific -----------------------------------------------------------------------
-
-
-async def test_default_store_uses_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("LANGCHAIN_OM_DB", str(tmp_path / "env.db"))
-    store = default_store()
-    assert isinstance(store, SQLiteStore) and store.path == str(tmp_path / "env.db")
-    monkeypatch.delenv("LANGCHAIN_OM_DB")
-    assert default_store().path == "./langchain_om.db"
-
-
-async def test_memory_stores_are_independent() -> None:
-    a, b = InMemoryStore(), InMemoryStore()
-    await a.aappend_messages(R1, "t1", [msg("m1")])
-    assert await b.aget_messages(R1, "t1") == []
-
-
-async def test_sqlite_persists_across_reopen(sqlite_path: Path) -> None:
-    first = SQLiteStore(sqlite_path)
-    await first.aensure_thread(R1, "t1", title="kept")
-    await first.aappend_messages(R1, "t1", msgs("m", 3))
-    committed = await first.acommit_record(record(), expected_version=0, mark_observed={"t1": 2})
-    await first.aput_value(R1, "wm", "doc", {"a": 1})
-    await first.aclose()
-
-    second = SQLiteStore(str(sqlite_path))
-    try:
-        assert (await second.aget_thread(R1, "t1")).title == "kept"  # type: ignore[union-attr]
-        assert [m.observed for m in await second.aget_messages(R1, "t1")] == [True, True, False]
-        assert await second.aget_record(R1, "t1") == committed
-        assert await second.aget_value(R1, "wm", "doc") == {"a": 1}
-        assert seqs(await second.aappend_messages(R1, "t1", [msg("m3"), msg("m4")])) == [4]
-    finally:
-        await second.aclose()
-    with sqlite3.connect(sqlite_path) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
-
-
-async def test_sqlite_small_reads_never_make_the_event_loop_wait_for_a_busy_connection(sqlite_path: Path) -> None:
-    """Stamp and last-seq reads run inline only when the connection is free; while a worker
-    thread holds it they wait for it without blocking the loop: other coroutines keep running
-    meanwhile (here the holder takes the lock directly, so no release wakes them: they look
-    again on their own)."""
-    import threading
-
-    store = SQLiteStore(sqlite_path)
-    await store.aappend_messages(R1, "t1", msgs("m", 3))
-    v1 = await store.acommit_record(record(), expected_version=0)
-    assert await store.alast_seq(R1, "t1") == 3
-    assert await store.aget_record_stamp(R1, "t1") == (1, v1.updated_at)
-
-    release = threading.Event()
-    holding = threading.Event()
-
-    def hold_connection() -> None:
-        with store._lock:
-            holding.set()
-            release.wait(5)
-        holding.clear()
-
-    holder = threading.Thread(target=hold_connection)
-    holder.start()
-    holding.wait(5)
-    ticks = 0
-
-    async def ticker() -> None:  # counts only while the worker thread holds the connection
-        nonlocal ticks
-        while holding.is_set():
-            ticks += 1
-            await asyncio.sleep(0.005)
-
-    async def release_later() -> None:
-        await asyncio.sleep(0.1)
-        release.set()
-
-    stamp, seq, *_ = await asyncio.gather(
-        store.aget_record_stamp(R1, "t1"), store.alast_seq(R1, "t1"), ticker(), release_later())
-    holder.join(5)
-    assert stamp == (1, v1.updated_at) and seq == 3
-    assert ticks >= 5, "the loop kept running while the connection was busy"
-    await store.aclose()
-
-
-async def test_sqlite_inline_append_never_waits_for_another_process_write_lock(sqlite_path: Path) -> None:
-    """An append runs inline only while SQLite's write lock is free. When another connection
-    (another process, say) holds it, the append fails fast with no trace, waits in a worker
-    thread, and lands once the lock is released; other coroutines keep running meanwhile."""
-    store = SQLiteStore(sqlite_path)
-    await store.aappend_messages(R1, "t1", msgs("a", 2))
-    other = sqlite3.connect(sqlite_path, isolation_level=None, check_same_thread=False)
-    other.execute("BEGIN IMMEDIATE")  # holds the write lock, as a second process's writer would
-    ticks = 0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0.005)
-
-    async def append() -> list[StoredMessage]:
-        nonlocal done
-        try:
-            return await store.aappend_messages(R1, "t1", msgs("b", 2))
-        finally:
-            done = True
-
-    async def release_later() -> None:
-        await asyncio.sleep(0.15)
-        other.execute("COMMIT")
-
-    inserted, *_ = await asyncio.gather(append(), ticker(), release_later())
-    assert [m.seq for m in inserted] == [3, 4], "the append waited for the lock, then took the next seqs"
-    assert ticks >= 10, "the loop kept running while the append waited"
-    assert [m.id for m in await store.aget_messages(R1, "t1")] == ["a1", "a2", "b1", "b2"], "stored once each"
-    other.close()
-    await store.aclose()
-
-
-async def test_sqlite_checkpoints_keep_the_wal_bounded(sqlite_path: Path) -> None:
-    """Commits never checkpoint (that would flush on the event loop); the store checkpoints in
-    its worker thread every few hundred changed rows, so the WAL stays small however long the
-    thread gets."""
-    store = SQLiteStore(sqlite_path)
-    for reopened in range(2):  # a closed store reopens its connection: the count starts again
-        for step in range(1500):
-            await store.aappend_messages(R1, "t1", msgs(f"s{reopened}-{step}-", 2))
-        wal_size = await asyncio.to_thread(os.path.getsize, f"{sqlite_path}-wal")
-        # 1500 steps write ~9000 WAL pages (~36 MB) when nothing checkpoints
-        assert 0 < wal_size < 8 * 1024 * 1024, (reopened, wal_size)
-        assert await store.alast_seq(R1, "t1") == 3000 * (reopened + 1)
-        await store.aclose()
-
-
-async def test_sqlite_memory_path() -> None:
-    store = SQLiteStore(":memory:")
-    await store.aappend_messages(R1, "t1", msgs("m", 2))
-    assert seqs(await store.aget_messages(R1, "t1")) == [1, 2]
-    await store.aclose()
-
-
-async def test_sqlite_refuses_newer_schema(sqlite_path: Path) -> None:
-    store = SQLiteStore(sqlite_path)
-    await store.aappend_messages(R1, "t1", msgs("m", 2))
-    await store.aclose()
-    with sqlite3.connect(sqlite_path) as conn:
-        conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
-    conn.close()
-    before = await asyncio.to_thread(sqlite_path.read_bytes)
-
-    newer = SQLiteStore(sqlite_path)
-    with pytest.raises(StoreError, match="newer"):
-        await newer.asetup()
-    with pytest.raises(StoreError, match="newer"):
-        await newer.aget_messages(R1, "t1")
-    await newer.aclose()
-    assert await asyncio.to_thread(sqlite_path.read_bytes) == before, "the newer file is left untouched"
-
-
-async def test_sqlite_rejects_garbage_file(tmp_path: Path) -> None:
-    path = tmp_path / "not-a-db.db"
-    path.write_bytes(b"this is not sqlite" * 100)
-    store = SQLiteStore(path)
-    with pytest.raises(StoreError):
-        await store.asetup()
-
-
-_WORKER = textwrap.dedent(
-    """
-    import asyncio, sys
-    from langchain_om.store import NewMessage, RecordConflictError, SQLiteStore
-
-    async def main(path: str, name: str) -> None:
-        store = SQLiteStore(path)
-        for b in range(25):
-            batch = [NewMessage(id=f"{name}-{b}-{i}", data={"w": name}) for i in range(4)]
-            batch.append(NewMessage(id=f"shared-{b}", data={"w": "shared"}))
-            await store.aappend_messages("res", "t", batch)
-        for _ in range(15):
-            while True:
-                current = await store.aget_record("res", "t")
-                bumped = current.model_copy(update={"metadata": {"n": current.metadata["n"] + 1}})
-                try:
-                    await store.acommit_record(bumped, expected_version=current.version)
-                    break
-                except RecordConflictError:
-                    pass
-        await store.aclose()
-
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
-    """
-)
-
-
-async def test_sqlite_two_processes_on_one_file(sqlite_path: Path) -> None:
-    """Two OS processes append to one thread and CAS one record: no duplicate seq, no lost update."""
-    store = SQLiteStore(sqlite_path)
-    await store.acommit_record(OMRecord(resource_id="res", thread_id="t", metadata={"n": 0}), expected_version=0)
-    env = {"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}
-    procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _WORKER, str(sqlite_path), name, env=env, stderr=asyncio.subprocess.PIPE
-        )
-        for name in ("proc-a", "proc-b")
-    ]
-    try:
-        for b in range(25):  # this process writes too, at the same time
-            await store.aappend_messages("res", "t", [NewMessage(id=f"main-{b}-{i}", data={}) for i in range(2)])
-        for proc in procs:
-            _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-            assert proc.returncode == 0, err.decode()
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    rows = await store.aget_messages("res", "t")
-    expected = 2 * 25 * 4 + 25 + 25 * 2
-    assert seqs(rows) == list(range(1, expected + 1)), "seq is gap-free and unique across processes"
-    assert len({m.id for m in rows}) == expected
-    final = await store.aget_record("res", "t")
-    assert final is not None and final.metadata["n"] == 30 and final.version == 31
-    await store.aclose()
-
-
-async def _drop_schema(dsn: str, schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
-@pytest.mark.postgres
-async def test_postgres_concurrent_setup_and_workers(pg_dsn: str, pg_schema: str) -> None:
-    """Workers opening one fresh schema at once migrate it exactly once and then share its data."""
-    workers = [PostgresStore(pg_dsn, schema=pg_schema, max_size=2) for _ in range(4)]
-    try:
-        await asyncio.gather(*(w.asetup() for w in workers))
-
-        async def append(i: int, w: PostgresStore) -> None:
-            for b in range(5):
-                await w.aappend_messages(R1, "t1", [msg(f"w{i}-{b}-{k}") for k in range(3)] + [msg(f"dup-{b}")])
-
-        await asyncio.gather(*(append(i, w) for i, w in enumerate(workers)))
-        rows = await workers[0].aget_messages(R1, "t1")
-        assert seqs(rows) == list(range(1, 4 * 5 * 3 + 5 + 1))
-
-        base = await workers[0].acommit_record(record(), expected_version=0)
-
-        async def commit(w: PostgresStore) -> bool:
-            try:
-                await w.acommit_record(base, expected_version=1)
-                return True
-            except RecordConflictError:
-                return False
-
-        assert sorted(await asyncio.gather(*(commit(w) for w in workers))) == [False, False, False, True]
-    finally:
-        for w in workers:
-            await w.aclose()
-
-
-@pytest.mark.postgres
-async def test_postgres_refuses_newer_schema(pg_dsn: str, pg_schema: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    store = PostgresStore(pg_dsn, schema=pg_schema)
-    await store.aappend_messages(R1, "t1", [msg("m1")])
-    await store.aclose()
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        await conn.execute(
-            sql.SQL("UPDATE {}.schema_version SET version = %s").format(sql.Identifier(pg_schema)),
-            (SCHEMA_VERSION + 1,),
-        )
-    newer = PostgresStore(pg_dsn, schema=pg_schema)
-    with pytest.raises(StoreError, match="newer"):
-        await newer.asetup()
-    await newer.aclose()
-
-
-@pytest.mark.postgres
-async def test_postgres_external_pool_is_not_closed(pg_dsn: str, pg_schema: str) -> None:
-    from psycopg_pool import AsyncConnectionPool
-
-    pool = AsyncConnectionPool(pg_dsn, min_size=1, max_size=2, open=False)
-    await pool.open(wait=True)
-    try:
-        store = PostgresStore(pool=pool, schema=pg_schema)
-        await store.aappend_messages(R1, "t1", [msg("m1")])
-        await store.aclose()
-        assert not pool.closed, "a pool passed in belongs to the caller"
-        again = PostgresStore(pool=pool, schema=pg_schema)
-        assert seqs(await again.aget_messages(R1, "t1")) == [1]
-    finally:
-        await pool.close()
-
-
-@pytest.mark.postgres
-async def test_postgres_from_env_and_odd_schema_name(monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> None:
-    schema = 'Odd "Schema"; DROP SCHEMA public;--'
-    monkeypatch.setenv("LANGCHAIN_OM_PG_DSN", pg_dsn)
-    store = PostgresStore.from_env(schema=schema)
-    implicit = PostgresStore(schema=schema)
-    try:
-        await store.aappend_messages(R1, "t1", [msg("m1")])
-        assert seqs(await implicit.aget_messages(R1, "t1")) == [1]
-    finally:
-        await store.aclose()
-        await implicit.aclose()
-        await _drop_schema(pg_dsn, schema)
-    monkeypatch.delenv("LANGCHAIN_OM_PG_DSN")
-    with pytest.raises(StoreError):
-        PostgresStore.from_env()
-    with pytest.raises(StoreError):
-        PostgresStore()
-
-
-def test_postgres_store_validates_arguments() -> None:
-    with pytest.raises(InvalidStoreInput) as err:
-        PostgresStore("postgresql://x", schema="")
-    assert err.value.field == "schema"
-    with pytest.raises(InvalidStoreInput):
-        PostgresStore("postgresql://x", pool=object())  # type: ignore[arg-type]
-
-
 # ---- issue 15: instants, ids, resource-scope deletes, keyset paging -------------------------
 
 _ANY_OFFSET = st.integers(min_value=-(23 * 60 + 59), max_value=23 * 60 + 59).map(
@@ -1221,57 +874,24 @@ def uuid4_hex() -> str:
     return uuid.uuid4().hex[:12]
 
 
-async def test_sqlite_flushes_commits_that_mark_messages_observed(sqlite_path: Path) -> None:
-    """A commit that marks messages observed runs with synchronous = FULL (durable before the
-    checkpoint that drops those messages from the state); appends and plain commits keep NORMAL."""
-    store = SQLiteStore(sqlite_path)
-    await store.aappend_messages(R1, "t1", msgs("m", 4))
-    statements: list[str] = []
-    assert store._conn is not None
-    store._conn.set_trace_callback(statements.append)
-    created = await store.acommit_record(record(), expected_version=0)
-    plain = list(statements)
-    statements.clear()
-    await store.acommit_record(created, expected_version=1, mark_observed={"t1": 2})
-    # (the busy timeout is switched between inline calls and worker-thread calls: not the point here)
-    marking = [s for s in statements if not s.startswith("PRAGMA busy_timeout")]
-    statements.clear()
-    await store.aappend_messages(R1, "t1", msgs("n", 2))
-    append = list(statements)
-    await store.aclose()
-    assert not any("synchronous" in s for s in plain + append)
-    assert marking[0] == "PRAGMA synchronous = FULL" and marking[1] == "BEGIN IMMEDIATE"
-    assert marking[-1] == "PRAGMA synchronous = NORMAL" and "COMMIT" in marking
-    assert [m.observed for m in await SQLiteStore(sqlite_path).aget_messages(R1, "t1")][:3] == [True, True, False]
-    with pytest.raises(InvalidStoreInput) as err:
-        SQLiteStore(sqlite_path, synchronous="off")  # type: ignore[arg-type]
-    assert err.value.field == "synchronous"
-    always = SQLiteStore(sqlite_path, synchronous="full")
-    await always.asetup()
-    assert always._conn is not None and always._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-    await always.aclose()
+# ---- the suite itself ------------------------------------------------------------------------
 
 
-async def test_postgres_reads_every_instant_whatever_the_session_time_zone(pg_dsn: str, pg_schema: str) -> None:
-    """Read as timestamptz in a western session zone, year 1 in UTC would be a BC date psycopg refuses."""
-    from psycopg_pool import AsyncConnectionPool
+def test_every_backend_runs_the_conformance_suite() -> None:
+    """Each backend package under ``langchain_om/store/`` is a parameter of ``store`` (same name),
+    and each ships an ``OMStore``: a backend added without its factory fails here."""
+    import importlib
+    import pkgutil
 
-    pool = AsyncConnectionPool(pg_dsn, kwargs={"autocommit": True, "options": "-c TimeZone=America/New_York"},
-                               open=False)
-    await pool.open(wait=True)
-    store = PostgresStore(pool=pool, schema=pg_schema)
-    try:
-        edges = [datetime(1, 1, 1, 2, tzinfo=timezone.utc), datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)]
-        await store.aappend_messages(R1, "t1", [NewMessage(id=f"m{i}", data={}, created_at=moment)
-                                                for i, moment in enumerate(edges)])
-        assert [m.created_at for m in await store.aget_messages(R1, "t1")] == edges
-        assert (await store.aget_message(R1, "m0")).created_at == edges[0]  # type: ignore[union-attr]
-        created = await store.acommit_record(record(), expected_version=0, mark_observed={"t1": 2})
-        stamp = await store.aget_record_stamp(R1, "t1")
-        assert stamp == (1, created.updated_at)
-        assert all(m.observed_at is not None and m.observed_at.utcoffset() == timedelta(0)
-                   for m in await store.aget_messages(R1, "t1"))
-        assert (await store.alist_threads(R1))[0].created_at.utcoffset() == timedelta(0)
-    finally:
-        await store.aclose()
-        await pool.close()
+    from conftest import STORE_FACTORIES
+
+    import langchain_om.store as store_package
+
+    backends = sorted(info.name for info in pkgutil.iter_modules(store_package.__path__) if info.ispkg)
+    assert backends == sorted(STORE_FACTORIES)
+    for name in backends:
+        package = importlib.import_module(f"{store_package.__name__}.{name}")
+        stores = [getattr(package, n) for n in package.__all__ if n.endswith("Store")]
+        assert len(stores) == 1, name
+        assert all(callable(getattr(stores[0], method, None)) for method in ("asetup", "aappend_messages",
+                                                                             "acommit_record", "aclose")), name

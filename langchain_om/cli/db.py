@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from urllib.parse import quote
 
-from ..store.sqlite_schema import is_om_database
+from ..store.sqlite.schema import is_om_database
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 

@@ -14,6 +14,9 @@ rewired when they are plain edges, join edges, or conditional edges (with or
 without a path map); a node that jumps with ``Command(goto=before)`` or a
 ``Send(before, ...)`` bypasses OM for that step.
 
+The step itself (ids from the run config, the checkpoint's branch, the tripwire) is
+``turn.py``'s, shared with the middleware and the chat history; OM's tools are ``tools.py``'s.
+
 Aborted steps (OM cannot build a context, e.g. no tier of a ``ModelByInputTokens`` fits
 the input): the OM node that hit it appends a tripwire ``AIMessage`` (empty content, the
 reason under ``response_metadata["om_tripwire"]``) and ends the run before the model node,
@@ -24,25 +27,31 @@ the same result ``ObservationalMemoryMiddleware`` gives; ``on_abort="raise"`` ra
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal, Union, get_type_hints
 
-from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
-from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import END, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.types import Command
 from typing_extensions import NotRequired, TypedDict
 
 from ..engine import ObservationalMemory, OMAborted, OMContext, Phase
-from ..engine.live_runs import closed_at_turn_end
-from ..engine.persistence import HeadMovedOn, deferred_fork_check
-from ..extensions.branches import POSITION_KEY, BranchRun, aposition, aresolve, is_checkpointed
+from ..extensions.branches import POSITION_KEY
 from ..foundation.context import OM_CONTEXT_MESSAGE_ID
-from ..foundation.run_ids import resource_from
+from .tools import om_tools as om_tools  # public here since the first release
+from .turn import TRIPWIRE_KEY as TRIPWIRE_KEY  # public here since the first release
+from .turn import (
+    aprocess_at_checkpoint,
+    aturn_end_at_checkpoint,
+    require_context,
+    state_messages,
+    state_value,
+    tripwire_message,
+)
+from .turn import ids_from_config as ids_from_config  # public here since the first release
 
 logger = logging.getLogger("langchain_om.integrations.graph")
 
@@ -53,104 +62,7 @@ OM_NODES: tuple[str, str, str] = (ACTIVATOR, OBSERVER, REFLECTOR)
 TURN_END = "om_turn_end"  # added only with observation.buffer_on_idle
 _NODE_PHASE: dict[str, Phase] = {ACTIVATOR: "activate", OBSERVER: "observe", REFLECTOR: "reflect"}
 
-TRIPWIRE_KEY = "om_tripwire"
-"""``response_metadata`` key of the empty AI message that ends an aborted OM step (no model call)."""
-
 OnAbort = Literal["end", "raise"]
-
-
-def tripwire_message(reason: str) -> AIMessage:
-    """The result of an aborted OM step: no text, no tool calls, the reason in ``response_metadata``."""
-    return AIMessage(content="", response_metadata={TRIPWIRE_KEY: reason})
-
-
-# ------------------------------------------------------------------ ids from the run config
-
-
-def ids_from_config(config: RunnableConfig | None) -> tuple[str, str | None]:
-    """``(thread_id, resource_id)`` from ``config["configurable"]`` and the runtime context.
-
-    ``resource_id`` is optional; ``user_id`` is accepted as an alias because LangGraph
-    Platform and many apps already carry the user there. ``resource_id`` wins if both are set.
-    The user may also come from the runtime context (``invoke(..., context=...)``); when both
-    places name one they must agree (``foundation/run_ids.py``).
-    """
-    configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
-    thread_id = configurable.get("thread_id")
-    if thread_id is None or (isinstance(thread_id, str) and not thread_id.strip()):
-        raise ValueError(
-            'config["configurable"]["thread_id"]: required by Observational Memory '
-            '(pass config={"configurable": {"thread_id": ...}})'
-        )
-    return str(thread_id), resource_from(config)
-
-
-def _state_messages(state: Any, key: str) -> list[BaseMessage]:
-    value = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
-    if value is None:
-        raise ValueError(f"state.{key}: the graph state has no messages under this key")
-    messages = list(value)
-    for message in messages:
-        if not isinstance(message, BaseMessage):
-            raise TypeError(f"state.{key}: expected BaseMessage objects (use the add_messages reducer), "
-                            f"got {type(message).__name__}")
-    return messages
-
-
-def state_value(state: Any, key: str) -> Any:
-    """``state[key]`` of a dict or object state, or None."""
-    return state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
-
-
-async def aprocess_at_checkpoint(
-    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig, *,
-    live: bool = False, **kwargs: Any,
-) -> tuple[OMContext, dict[str, Any], str, str | None]:
-    """One OM step that follows the checkpoint the run started from (see ``branches.py``).
-
-    Returns the context, the position to write into state under ``om_position``, and the
-    ``(branch, resource_id)`` the step ran on (OM's thread for this checkpoint and resource).
-    ``live``: the run's end of turn closes it (``aturn_end_at_checkpoint`` or ``_close_at_exits``),
-    so background cycles that end before that stream their events into it (``live_runs.py``).
-    """
-    context, run = await aprocess_on_branch(om, state, messages, config, live=live, **kwargs)
-    return context, await aposition(om, run, checkpointed=is_checkpointed(config)), run.branch, run.resource_id
-
-
-async def aprocess_on_branch(
-    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig, *,
-    live: bool = False, **kwargs: Any,
-) -> tuple[OMContext, BranchRun]:
-    """``aprocess_at_checkpoint`` without the position: for a caller that writes the position
-    later (the middleware writes it once, after the model answered), saving its store reads."""
-    thread_id, resource_id = ids_from_config(config)
-    position = state_value(state, POSITION_KEY)
-    run = await aresolve(om, thread_id, resource_id, position, messages, defer=True)
-    if run.deferred is not None or run.only_new is not None:
-        # the step's append checks that the branch did not move on (HEAD_AT_MOST) or that it holds
-        # none of the state's messages (ONLY_NEW, a step without a position)
-        try:
-            with deferred_fork_check(om.resolve_resource(run.branch, run.resource_id), run.branch,
-                                     at_most=run.deferred, only_new=run.only_new), closed_at_turn_end(live):
-                return await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config,
-                                         **kwargs), run
-        except HeadMovedOn:  # nothing was stored: the full check decides (a fork when run from the past)
-            pass
-        run = await aresolve(om, thread_id, resource_id, position, messages)
-    with closed_at_turn_end(live):
-        context = await om.aprocess(run.branch, messages, resource_id=run.resource_id, config=config, **kwargs)
-    return context, run
-
-
-async def aturn_end_at_checkpoint(
-    om: ObservationalMemory, state: Any, messages: list[BaseMessage], config: RunnableConfig,
-) -> dict[str, Any]:
-    """``aon_turn_end`` on the checkpoint's branch; returns the position to write into state."""
-    thread_id, resource_id = ids_from_config(config)
-    run = await aresolve(om, thread_id, resource_id, state_value(state, POSITION_KEY), messages)
-    await om.aon_turn_end(run.branch, messages, resource_id=run.resource_id, config=config)
-    await om._live_runs.aclose(config)  # the run ends here: later background events wait for the next step
-    return await aposition(om, run, checkpointed=is_checkpointed(config))
 
 
 def node_input_schema(builder: StateGraph[Any, Any, Any, Any]) -> type[Any] | None:
@@ -244,14 +156,14 @@ def _phase_node(
                        goto=END)
 
     async def arun(state: Any, config: RunnableConfig) -> Command[str]:
-        messages = _state_messages(state, messages_key)
+        messages = state_messages(state, messages_key)
         context, position, _, _ = await aprocess_at_checkpoint(
             om, state, messages, config, live=live, phases=(phase,),
             current_model=current_model_from(config, current_model))
         return finish(state, messages, context, position)
 
     def run(state: Any, config: RunnableConfig) -> Command[str]:
-        messages = _state_messages(state, messages_key)
+        messages = state_messages(state, messages_key)
         # OM's sync twin runs on its private loop and dispatches the events with this run's config
         context, position, _, _ = om._loop.run(aprocess_at_checkpoint(
             om, state, messages, config, live=live, phases=(phase,),
@@ -277,11 +189,11 @@ def om_turn_end_node(om: ObservationalMemory, *, messages_key: str = "messages")
     ``buffer_on_idle`` is on; use this to place it yourself."""
 
     async def arun(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        position = await aturn_end_at_checkpoint(om, state, _state_messages(state, messages_key), config)
+        position = await aturn_end_at_checkpoint(om, state, state_messages(state, messages_key), config)
         return {POSITION_KEY: position}
 
     def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        messages = _state_messages(state, messages_key)
+        messages = state_messages(state, messages_key)
         return {POSITION_KEY: om._loop.run(aturn_end_at_checkpoint(om, state, messages, config))}
 
     return RunnableLambda(run, afunc=arun, name=TURN_END)
@@ -468,94 +380,17 @@ def om_pre_model_hook(om: ObservationalMemory, *, messages_key: str = "messages"
     rather than letting the model answer without its memory."""
 
     def result(context: OMContext) -> dict[str, Any]:
-        if context.aborted is not None:
-            raise OMAborted(f"om_pre_model_hook: {context.aborted}")
-        return {"llm_input_messages": context.to_messages()}
+        return {"llm_input_messages": require_context(context, "om_pre_model_hook").to_messages()}
 
     async def ahook(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        messages = _state_messages(state, messages_key)
+        messages = state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
         return result(await om.aprocess(thread_id, messages, resource_id=resource_id, config=config))
 
     def hook(state: Any, config: RunnableConfig) -> dict[str, Any]:
-        messages = _state_messages(state, messages_key)
+        messages = state_messages(state, messages_key)
         thread_id, resource_id = ids_from_config(config)
         return result(om.process(thread_id, messages, resource_id=resource_id, config=config))
 
     return RunnableLambda(hook, afunc=ahook, name="om_pre_model_hook")
 
-
-# ------------------------------------------------------------------ tools
-
-
-def om_tools(om: ObservationalMemory) -> list[BaseTool]:
-    """Tools OM contributes to an agent: ``recall`` when retrieval is on, and
-    ``update_working_memory`` when working memory is agent-managed (``working_memory=True`` or
-    ``{"agent_managed": True}``); else none.
-
-    Bind them to your model and add them to your ``ToolNode``::
-
-        tools = [*my_tools, *om_tools(om)]
-        model = model.bind_tools(tools)
-        builder.add_node("tools", ToolNode(tools))
-
-    The tools read ``thread_id`` / ``resource_id`` (or ``user_id``) from the run config, like
-    the OM nodes, so they only see the current resource. They work in sync and async graphs.
-    """
-    tools: list[BaseTool] = []
-    if om.config.retrieval is not None:
-        factory = getattr(om, "recall_tool", None)
-        if factory is None:
-            raise RuntimeError(
-                "om_tools: retrieval is on but this build has no recall tool (langchain_om.extensions.recall)"
-            )
-        tools.append(factory())
-    tools.extend(_integration_tool(om, tool) for tool in om.working_memory_tools())
-    return tools
-
-
-def _with_resource(config: RunnableConfig) -> RunnableConfig:
-    """``config`` with ``resource_id`` set the way ``ids_from_config`` reads it (``user_id`` alias,
-    runtime context)."""
-    configurable = dict(config.get("configurable") or {})
-    resource = resource_from(config)
-    if resource is not None:
-        configurable["resource_id"] = resource
-    return {**config, "configurable": configurable}
-
-
-def _config_param(fn: Any) -> str | None:
-    """The name of ``fn``'s ``RunnableConfig`` parameter (LangChain injects the run config there)."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    for parameter in parameters:
-        annotation = parameter.annotation
-        if annotation is RunnableConfig or (isinstance(annotation, str) and annotation.endswith("RunnableConfig")):
-            return parameter.name
-    return None
-
-
-def _integration_tool(om: ObservationalMemory, tool: BaseTool) -> BaseTool:
-    """An engine tool adapted to the integrations: ids resolved like the OM nodes resolve them,
-    and a sync path (on OM's own loop) for sync agents when the tool is coroutine-only."""
-    if not isinstance(tool, StructuredTool) or tool.coroutine is None:
-        return tool
-    inner = tool.coroutine
-    inner_sync = tool.func
-
-    def with_config(fn: Any, config: RunnableConfig, kwargs: dict[str, Any]) -> dict[str, Any]:
-        name = _config_param(fn)
-        return {**kwargs, name: _with_resource(config)} if name else kwargs
-
-    async def acall(config: RunnableConfig, **kwargs: Any) -> Any:
-        return await inner(**with_config(inner, config, kwargs))
-
-    def call(config: RunnableConfig, **kwargs: Any) -> Any:
-        if inner_sync is not None:
-            return inner_sync(**with_config(inner_sync, config, kwargs))
-        return om._loop.run(acall(config, **kwargs), twin=f"{tool.name}.ainvoke(...)")
-
-    adapted: StructuredTool = tool.model_copy(update={"func": call, "coroutine": acall})
-    return adapted

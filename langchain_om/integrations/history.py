@@ -25,10 +25,11 @@ from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import ChatPromptValue, PromptValue
 from langchain_core.runnables import RunnableLambda
 
-from ..engine import ObservationalMemory, OMAborted, OMContext
+from ..engine import ObservationalMemory, OMContext
 from ..foundation.context import merge_leading_system_messages
 from ..foundation.tokens import CACHE_KEY
 from ..store.base import check_id, check_thread_id
+from .turn import require_context
 
 
 class ObservationalChatMessageHistory(BaseChatMessageHistory):
@@ -76,9 +77,7 @@ class ObservationalChatMessageHistory(BaseChatMessageHistory):
 
 
 def _checked(context: OMContext) -> list[BaseMessage]:
-    if context.aborted is not None:
-        raise OMAborted(f"chat history: {context.aborted}")
-    return [_without_bookkeeping(m) for m in context.to_messages()]
+    return [_without_bookkeeping(m) for m in require_context(context, "chat history").to_messages()]
 
 
 def _without_bookkeeping(message: BaseMessage) -> BaseMessage:

@@ -41,14 +41,8 @@ from ..engine.step import aturn_end
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root, is_checkpointed
 from ..foundation.context import merge_system_messages
 from . import langsmith_hops
-from .graph import (
-    TRIPWIRE_KEY,
-    aprocess_on_branch,
-    aturn_end_at_checkpoint,
-    ids_from_config,
-    om_tools,
-    tripwire_message,
-)
+from .tools import om_tools
+from .turn import TRIPWIRE_KEY, aprocess_on_branch, aturn_end_at_checkpoint, ids_from_config, tripwire_message
 
 __all__ = ["TRIPWIRE_KEY", "ObservationalMemoryMiddleware", "merge_system_messages", "model_id", "tripwire_message"]
 

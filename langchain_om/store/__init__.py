@@ -1,7 +1,18 @@
-"""Storage backends of Observational Memory and the contract they share.
+"""Storage layer: the contract every backend keeps, the helpers they share, one package per backend.
 
-``default_store()`` is what ``ObservationalMemory(store=None)`` uses: an embedded SQLite
-file, so the package works with zero configuration. PostgreSQL is for several workers.
+At this level: ``base`` (the ``OMStore`` protocol, records, messages, errors), ``ids`` (id checks
+and the private-resource namespace), ``search`` and ``cjk`` (query parsing, ranking and the CJK
+normaliser every backend uses), ``vector_segments``, ``known``, ``thread_summaries`` and
+``step_fast_paths`` (optional capabilities a backend may offer). None of them names or imports a
+backend. Below, one package per backend, each laid out the same way (``store``, ``connection``,
+``schema``, ``records``, ``search``, ``vectors``, ...):
+
+- ``sqlite/``: the embedded default (``default_store()``, what ``ObservationalMemory(store=None)`` uses);
+- ``postgres/``: several workers on one database (psycopg loads only when it is first used);
+- ``memory/``: in-process, for tests and notebooks.
+
+A new backend implements ``OMStore`` in a package of its own and joins the one conformance suite
+(``tests/test_store_contract.py``, parametrised over ``tests/conftest.py``'s ``STORE_FACTORIES``).
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ VACUUM); SQLite: nothing (its v3 index shrinks in place, so commits were already
 8: vector segments (``store.vector_segments``): a restart reads a resource's embeddings as a few blobs.
 9: each message's content fingerprint in a column of its own (``store.known.FINGERPRINT_PATH``), so a
 cold step handed a whole history reads a column instead of every row's JSON; backfilled in resumable
-batches (``sqlite_fingerprints``, ``postgres_fingerprints``).
-10: SQLite: the keyword-index queue (``sqlite_keyword_queue``): appended messages are indexed in
+batches (``sqlite/fingerprints``, ``postgres/fingerprints``).
+10: SQLite: the keyword-index queue (``sqlite/keyword_queue``): appended messages are indexed in
 batches, and every search indexes what is queued first; PostgreSQL: nothing (its index is written
 with the row into a GIN index, which batches its own writes in its pending list). The number
 stays in step so both stores share it."""

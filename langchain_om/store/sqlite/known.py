@@ -1,15 +1,15 @@
 """SQLite's ``SupportsFieldLookup`` (see ``known.py``): the field is extracted in SQL (OM's
-fingerprint is read from its column, ``sqlite_fingerprints``)."""
+fingerprint is read from its column, ``sqlite/fingerprints``)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
 
-from . import _util as u
-from .known import FINGERPRINT_PATH, MessageField, json_path
-from .sqlite_connection import SQLiteConnection
-from .sqlite_fingerprints import FINGERPRINT_SQL
+from .. import _util as u
+from ..known import FINGERPRINT_PATH, MessageField, json_path
+from .connection import SQLiteConnection
+from .fingerprints import FINGERPRINT_SQL
 
 _ID_CHUNK = 500  # ids per IN (...) list: well under SQLite's 32,766 bound variables
 
@@ -22,7 +22,7 @@ class SQLiteFieldLookup(SQLiteConnection):
         resource_id, thread_id = u.check_ids(resource_id, thread_id)
         wanted = u.check_message_ids(message_ids)
         where = json_path(path)
-        # OM's fingerprint is a column (v9, sqlite_fingerprints); any other path is extracted from the JSON
+        # OM's fingerprint is a column (v9, sqlite/fingerprints); any other path is extracted from the JSON
         fingerprint = tuple(path) == FINGERPRINT_PATH
         value = FINGERPRINT_SQL if fingerprint else "CASE json_type(data, ?) WHEN 'text' THEN json_extract(data, ?) END"
         head = [] if fingerprint else [where, where]

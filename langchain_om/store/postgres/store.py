@@ -11,11 +11,8 @@ Everything lives in its own schema (``langchain_om`` by default). Concurrency ru
 
 All values are bound parameters; the schema name is quoted with ``psycopg.sql.Identifier``.
 
-Layout: ``postgres_connection`` (the pool, setup and transactions), ``postgres_schema`` (tables
-and migrations), ``postgres_records`` (records, leases, values) and this module (threads,
-messages, search, vectors: ``PostgresStore``), each a concept of its own; ``DSN_ENV``,
-``MIGRATIONS``, ``SEARCH_CONFIG``, ``MARK_OBSERVED_SQL`` and ``MARK_THREAD_OBSERVED_SQL`` are
-still importable from here.
+The package's other modules (connection, schema, records, append, search, vectors, ...) each hold
+a concept of their own; ``store/postgres/__init__.py`` lists them.
 """
 
 from __future__ import annotations
@@ -25,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import _util as u
-from .base import (
+from .. import _util as u
+from ..base import (
     InvalidStoreInput,
     NewMessage,
     OMRecord,
@@ -42,8 +39,13 @@ from .base import (
     record_key,
     utcnow,
 )
-from .known import stored_fingerprint
-from .postgres_append import (
+from ..known import stored_fingerprint
+from ..search import (
+    check_space,
+    check_vector_items,
+    search_arguments,
+)
+from .append import (
     MessageRow,
     PostgresHeadAppend,
     claim_and_read,
@@ -51,22 +53,17 @@ from .postgres_append import (
     search_entries,
     write_rows,
 )
-from .postgres_cjk import CJK_TABLE, index_cjk
-from .postgres_connection import DSN_ENV as DSN_ENV
-from .postgres_known import PostgresFieldLookup
-from .postgres_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
-from .postgres_records import MARK_THREAD_OBSERVED_SQL as MARK_THREAD_OBSERVED_SQL
-from .postgres_schema import INSERT_SEARCH, Cursor, jsonb, jsonb_text
-from .postgres_schema import MIGRATIONS as MIGRATIONS
-from .postgres_schema import SEARCH_CONFIG as SEARCH_CONFIG
-from .postgres_search import search_messages
-from .postgres_vectors import PostgresVectorSegments, drop_stale_segments, lock_vectors
-from .search import (
-    check_space,
-    check_vector_items,
-    search_arguments,
-)
-from .thread_summaries import PostgresThreadListing
+from .cjk import CJK_TABLE, index_cjk
+from .connection import DSN_ENV as DSN_ENV
+from .known import PostgresFieldLookup
+from .records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
+from .records import MARK_THREAD_OBSERVED_SQL as MARK_THREAD_OBSERVED_SQL
+from .schema import INSERT_SEARCH, Cursor, jsonb, jsonb_text
+from .schema import MIGRATIONS as MIGRATIONS
+from .schema import SEARCH_CONFIG as SEARCH_CONFIG
+from .search import search_messages
+from .threads import PostgresThreadListing
+from .vectors import PostgresVectorSegments, drop_stale_segments, lock_vectors
 
 # The statements a step runs against a thread's history name only columns that lead to a bounded
 # index range whatever the planner's statistics say (right after a bulk load there are none, and
@@ -337,7 +334,7 @@ class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListi
             if row is not None and row["resource_id"] != resource_id:
                 raise InvalidStoreInput("thread_id", "is not available")
             return []
-        # the thread's advisory lock with BEGIN, then one read and one write (postgres_append.py)
+        # the thread's advisory lock with BEGIN, then one read and one write (postgres/append.py)
         async with self._locked_tx(thread_id) as cur:
             if born is not None:
                 read = await read_incarnation(cur, self._q, resource_id, thread_id, [m.id for m, _ in encoded], born)
@@ -521,7 +518,7 @@ class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListi
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
         """``tsvector`` search (GIN index) ranked by ``ts_rank``, inside the resource, in the
-        English and the CJK index (``postgres_search``)."""
+        English and the CJK index (``postgres/search``)."""
         resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not terms:
             return []

@@ -1,5 +1,5 @@
 """The SQLite store's keyword search: BM25 over the English FTS5 index and the CJK bigram index
-(``sqlite_cjk``), each bounded to its newest ``RANK_CANDIDATES`` matches, merged in one ranking.
+(``sqlite/cjk``), each bounded to its newest ``RANK_CANDIDATES`` matches, merged in one ranking.
 
 Its own module because ranking across two indexes is a concept apart from storing messages; the
 store passes the row reader (``message_of``) so this module needs nothing of it.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from .base import SearchHit, StoredMessage
-from .search import RANK_CANDIDATES, KeywordQuery, fts5_cjk_match, fts5_match, merge_ranked
-from .sqlite_cjk import CJK_TABLE
+from ..base import SearchHit, StoredMessage
+from ..search import RANK_CANDIDATES, KeywordQuery, fts5_cjk_match, fts5_match, merge_ranked
+from .cjk import CJK_TABLE
 
 MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 

@@ -1,6 +1,6 @@
 """The PostgreSQL store's ``fingerprint`` column (schema version 9) and its resumable backfill.
 
-Why the column: see ``sqlite_fingerprints``. Existing schemas get it empty in the v9 migration
+Why the column: see ``sqlite/fingerprints``. Existing schemas get it empty in the v9 migration
 (``ADD COLUMN`` without a default rewrites nothing) with a bookmark in ``search_backfill``;
 ``backfill_batch`` then fills it in ``(thread_id, seq)`` order, one committed batch at a time,
 so a worker killed half-way resumes where the last batch committed. One worker at a time
@@ -16,9 +16,9 @@ from typing import Any
 
 from psycopg import AsyncCursor, sql
 
-from . import _util as u
-from .backfill_bookmarks import pg_claim
-from .known import FINGERPRINT_PATH, stored_fingerprint
+from .. import _util as u
+from ..known import FINGERPRINT_PATH, stored_fingerprint
+from .backfill import pg_claim
 
 BACKFILL_BATCH = 5000
 """Messages filled per committed backfill transaction."""

@@ -29,11 +29,8 @@ Other commits keep NORMAL (a lost one is redone: an append is replayed from the 
 lost reflection runs again); ``synchronous="full"`` flushes every commit, for
 ``keep_in_state="turn"``, where merely stored messages leave the state.
 
-Layout: ``sqlite_connection`` (the connection, lock, threads and checkpoints), ``sqlite_schema``
-(tables and migrations), ``sqlite_records`` (records, leases, values) and this module (threads,
-messages, search, vectors: ``SQLiteStore``), ``sqlite_keyword_queue`` (appended messages keyword-indexed
-in batches), each a concept of its own; ``MIGRATIONS`` and
-``MARK_OBSERVED_SQL`` are still importable from here.
+The package's other modules (connection, schema, records, search, keyword queue, vectors, ...) each
+hold a concept of their own; ``store/sqlite/__init__.py`` lists them.
 """
 
 from __future__ import annotations
@@ -44,9 +41,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from . import _util as u
-from . import sqlite_keyword_queue as keywords
-from .base import (
+from .. import _util as u
+from ..base import (
     InvalidStoreInput,
     NewMessage,
     SearchHit,
@@ -61,22 +57,23 @@ from .base import (
     record_key,
     utcnow,
 )
-from .known import stored_fingerprint
-from .search import (
+from ..known import stored_fingerprint
+from ..search import (
     check_space,
     check_vector_items,
     scope_token,
     search_arguments,
 )
-from .sqlite_cjk import delete_cjk_thread, search_scope
-from .sqlite_connection import immediate
-from .sqlite_known import SQLiteFieldLookup
-from .sqlite_records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
-from .sqlite_schema import MIGRATIONS as MIGRATIONS
-from .sqlite_search import search_messages
-from .sqlite_vectors import SQLiteVectorSegments, drop_stale_segments
-from .step_fast_paths import ThreadHead
-from .thread_summaries import SQLiteThreadListing
+from ..step_fast_paths import ThreadHead
+from . import keyword_queue as keywords
+from .cjk import delete_cjk_thread, search_scope
+from .connection import immediate
+from .known import SQLiteFieldLookup
+from .records import MARK_OBSERVED_SQL as MARK_OBSERVED_SQL
+from .schema import MIGRATIONS as MIGRATIONS
+from .search import search_messages
+from .threads import SQLiteThreadListing
+from .vectors import SQLiteVectorSegments, drop_stale_segments
 
 _MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 _THREAD_COLUMNS = "thread_id, resource_id, title, created_at, updated_at, metadata"
@@ -396,7 +393,7 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
                         tokens=message.tokens, created_at=message.created_at, kind=message.kind))
                 if inserted:
                     conn.execute("UPDATE threads SET updated_at = ? WHERE thread_id = ?", (u.iso(utcnow()), thread_id))
-                    if self._fts:  # indexed in batches (sqlite_keyword_queue); every search indexes the rest first
+                    if self._fts:  # indexed in batches (sqlite/keyword_queue); every search indexes the rest first
                         keywords.queue(conn, thread_id, [m.id for m in inserted])
                 return inserted, (last, stamp)
 
@@ -520,7 +517,7 @@ class SQLiteStore(SQLiteFieldLookup, SQLiteThreadListing, SQLiteVectorSegments):
         self, resource_id: str, query: str, *, thread_id: str | None = None, limit: int = 10
     ) -> list[SearchHit]:
         """FTS5 search ranked by BM25 over the message text, in the English and the CJK index
-        (``sqlite_search``); only the resource's index entries are read."""
+        (``sqlite/search``); only the resource's index entries are read."""
         resource_id, thread_id, terms, count = search_arguments(resource_id, query, thread_id, limit)
         if not self._fts:
             raise StoreError("keyword search needs SQLite's FTS5 extension, which this Python's sqlite3 lacks")

@@ -13,12 +13,12 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from . import _util as u
-from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
-from .search import search_text
-from .sqlite_cjk import create_cjk_index, has_cjk_index, search_scope
-from .sqlite_fingerprints import migrate_v9
-from .sqlite_keyword_queue import INSERT_ENTRY, forget_all, migrate_v10
+from .. import _util as u
+from ..base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
+from ..search import search_text
+from .cjk import create_cjk_index, has_cjk_index, search_scope
+from .fingerprints import migrate_v9
+from .keyword_queue import INSERT_ENTRY, forget_all, migrate_v10
 
 APPLICATION_ID = int.from_bytes(b"LcOM", "big")
 """``PRAGMA application_id`` of every SQLite file the store writes (SQLite's own way for a file
@@ -197,7 +197,7 @@ _NOTHING_V6 = ""
 
 def _migrate_v7(conn: sqlite3.Connection) -> None:
     """CJK keyword search: the bigram table, empty, and its backfill bookmark; the stored messages
-    are indexed after the migration commits, in batches (``sqlite_cjk.backfill_batch``)."""
+    are indexed after the migration commits, in batches (``sqlite/cjk.backfill_batch``)."""
     if fts5_available() and not has_cjk_index(conn):
         create_cjk_index(conn)
 
@@ -234,7 +234,7 @@ MIGRATIONS: dict[int, str | Callable[[sqlite3.Connection], None]] = {
     7: _migrate_v7,
     8: _migrate_v8,
     9: migrate_v9,  # the fingerprint column, empty; SQLiteConnection backfills it in batches
-    10: migrate_v10,  # the keyword-index queue: appends are indexed in batches (sqlite_keyword_queue)
+    10: migrate_v10,  # the keyword-index queue: appends are indexed in batches (sqlite/keyword_queue)
 }
 
 

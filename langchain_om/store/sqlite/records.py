@@ -3,7 +3,7 @@
 ``SQLiteRecords`` sits between the connection (``SQLiteConnection``) and ``SQLiteStore``
 (threads, messages, search, vectors): a record is swapped by compare-and-swap in one
 ``BEGIN IMMEDIATE`` transaction with the marking of the messages it observed, which is the
-commit flushed with ``synchronous = FULL`` (see ``sqlite.py``'s docstring).
+commit flushed with ``synchronous = FULL`` (see ``sqlite/store.py``'s docstring).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import _util as u
-from .base import (
+from .. import _util as u
+from ..base import (
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -25,8 +25,8 @@ from .base import (
     record_key,
     utcnow,
 )
-from .sqlite_connection import SQLiteConnection, immediate
-from .step_fast_paths import ForkProbe
+from ..step_fast_paths import ForkProbe
+from .connection import SQLiteConnection, immediate
 
 _ID_CHUNK = 500  # ids per IN list, well under SQLite's limit on parameters
 
@@ -47,7 +47,7 @@ class SQLiteRecords(SQLiteConnection):
     """Records (compare-and-swap), leases and values of a SQLite store."""
 
     _FULL_SYNC_OBSERVED = True
-    """Flush commits that mark messages observed (see ``sqlite.py``'s docstring); the storage
+    """Flush commits that mark messages observed (see ``sqlite/store.py``'s docstring); the storage
     benchmark turns it off to measure what it costs."""
 
     async def aget_record(self, resource_id: str, thread_id: str | None) -> OMRecord | None:

@@ -2,7 +2,7 @@
 
 ``PostgresRecords`` sits between the connection (``PostgresConnection``) and ``PostgresStore``
 (threads, messages, search, vectors): a record is swapped by compare-and-swap under its row
-lock, in one transaction with the marking of the messages it observed (see ``postgres.py``'s
+lock, in one transaction with the marking of the messages it observed (see ``postgres/store.py``'s
 docstring for the concurrency rules).
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import _util as u
-from .base import (
+from .. import _util as u
+from ..base import (
     OMRecord,
     RecordConflictError,
     RecordStamp,
@@ -23,9 +23,9 @@ from .base import (
     record_key,
     utcnow,
 )
-from .postgres_connection import PostgresConnection
-from .postgres_schema import Cursor, jsonb, jsonb_text
-from .step_fast_paths import ForkProbe
+from ..step_fast_paths import ForkProbe
+from .connection import PostgresConnection
+from .schema import Cursor, jsonb, jsonb_text
 
 # The statements a step runs against a thread's history name only columns that lead to a bounded
 # index range whatever the planner's statistics say (right after a bulk load there are none, and

@@ -26,15 +26,15 @@ from typing import Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from . import _util as u
-from ._util import to_utc
-from .base import InvalidStoreInput, NewMessage, StoredMessage, record_key, utcnow
-from .known import stored_fingerprint
-from .postgres_cjk import INSERT_CJK, cjk_entries
-from .postgres_connection import PostgresConnection
-from .postgres_schema import INSERT_SEARCH, SEARCH_CONFIG, Cursor, jsonb, stored_json_text
-from .search import search_text
-from .step_fast_paths import ThreadHead
+from .. import _util as u
+from .._util import to_utc
+from ..base import InvalidStoreInput, NewMessage, StoredMessage, record_key, utcnow
+from ..known import stored_fingerprint
+from ..search import search_text
+from ..step_fast_paths import ThreadHead
+from .cjk import INSERT_CJK, cjk_entries
+from .connection import PostgresConnection
+from .schema import INSERT_SEARCH, SEARCH_CONFIG, Cursor, jsonb, stored_json_text
 
 Query = Callable[[str], sql.Composed]
 MessageRow = tuple[str, str, str, int, str, Jsonb, int, datetime, str | None]

@@ -16,11 +16,11 @@ from typing import Any
 from psycopg import AsyncCursor, sql
 from psycopg.types.json import Jsonb
 
-from . import _util as u
-from .base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
-from .postgres_cjk import SCHEMA_V7 as _CJK_INDEX_V7
-from .postgres_fingerprints import SCHEMA_V9 as _FINGERPRINT_COLUMN_V9
-from .search import search_text
+from .. import _util as u
+from ..base import IMPLICIT_RESOURCE_PREFIX, SCHEMA_VERSION, StoreError, record_key
+from ..search import search_text
+from .cjk import SCHEMA_V7 as _CJK_INDEX_V7
+from .fingerprints import SCHEMA_V9 as _FINGERPRINT_COLUMN_V9
 
 Cursor = AsyncCursor[dict[str, Any]]
 Query = Callable[[str], sql.Composed]

@@ -1,10 +1,10 @@
 """The PostgreSQL store's connection: the pool, the schema on first use, one transaction per call.
 
 ``PostgresConnection`` is the base of ``PostgresStore``: it opens the pool (or takes the
-caller's), creates or migrates the schema once (``postgres_schema``), binds the schema name
+caller's), creates or migrates the schema once (``postgres/schema``), binds the schema name
 into query templates (``_q``) and runs each call in one transaction on a pooled connection
 (``_tx``). The store's tables are read and written by its subclasses; the concurrency rules
-are in ``postgres.py``'s docstring.
+are in ``postgres/store.py``'s docstring.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from . import _util as u
-from . import postgres_fingerprints
-from .base import InvalidStoreInput, StoreError, check_id
-from .postgres_cjk import backfill_batch
-from .postgres_schema import Cursor, migrate
+from .. import _util as u
+from ..base import InvalidStoreInput, StoreError, check_id
+from . import fingerprints as postgres_fingerprints
+from .cjk import backfill_batch
+from .schema import Cursor, migrate
 
 DSN_ENV = "LANGCHAIN_OM_PG_DSN"
 

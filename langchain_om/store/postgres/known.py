@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import _util as u
-from .known import FINGERPRINT_PATH, MessageField
-from .postgres_connection import PostgresConnection
-from .postgres_fingerprints import FINGERPRINT_SQL
+from .. import _util as u
+from ..known import FINGERPRINT_PATH, MessageField
+from .connection import PostgresConnection
+from .fingerprints import FINGERPRINT_SQL
 
 
 class PostgresFieldLookup(PostgresConnection):

@@ -7,11 +7,11 @@ import json
 import sqlite3
 from collections.abc import Sequence
 
-from .base import VectorBatch, check_resource_id
-from .search import check_space
-from .sqlite_connection import immediate
-from .sqlite_records import SQLiteRecords
-from .vector_segments import VectorSegment, check_positions, check_segment, touched
+from ..base import VectorBatch, check_resource_id
+from ..search import check_space
+from ..vector_segments import VectorSegment, check_positions, check_segment, touched
+from .connection import immediate
+from .records import SQLiteRecords
 
 
 def drop_stale_segments(conn: sqlite3.Connection, resource_id: str, positions: Sequence[int]) -> None:

@@ -25,8 +25,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from .search import scope_token, search_text
-from .sqlite_cjk import index_cjk_message, replace_cjk_message, search_scope
+from ..search import scope_token, search_text
+from .cjk import index_cjk_message, replace_cjk_message, search_scope
 
 INDEX_BATCH = 32
 """Queued messages an append indexes at once (small, so a first search never has much to do)."""

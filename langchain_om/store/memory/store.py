@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from . import _util as u
-from .base import (
+from .. import _util as u
+from ..base import (
     InvalidStoreInput,
     NewMessage,
     OMRecord,
@@ -33,10 +33,10 @@ from .base import (
     record_key,
     utcnow,
 )
-from .cjk import CJKTerm, cjk_index_tokens, has_cjk, normalise, plain_words
-from .search import check_space, check_vector_items, search_arguments, search_text
-from .step_fast_paths import ForkProbe
-from .thread_summaries import MemoryThreadListing
+from ..cjk import CJKTerm, cjk_index_tokens, has_cjk, normalise, plain_words
+from ..search import check_space, check_vector_items, search_arguments, search_text
+from ..step_fast_paths import ForkProbe
+from .threads import MemoryThreadListing
 
 _SUFFIXES = ("ings", "ing", "ies", "es", "ed", "s")
 

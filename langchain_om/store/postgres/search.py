@@ -1,5 +1,5 @@
 """The PostgreSQL store's keyword search: ``ts_rank`` over the English ``tsvector`` index and the
-CJK bigram index (``postgres_cjk``), each bounded to its newest ``RANK_CANDIDATES`` matches,
+CJK bigram index (``postgres/cjk``), each bounded to its newest ``RANK_CANDIDATES`` matches,
 merged in one ranking.
 
 Its own module because ranking across two indexes is a concept apart from storing messages; the
@@ -13,11 +13,11 @@ from typing import Any
 
 from psycopg import sql
 
-from .base import SearchHit, StoredMessage
-from .cjk import tsquery_cjk
-from .postgres_cjk import CJK_TABLE
-from .postgres_schema import SEARCH_CONFIG, Cursor
-from .search import RANK_CANDIDATES, KeywordQuery, merge_ranked, tsquery_text
+from ..base import SearchHit, StoredMessage
+from ..cjk import tsquery_cjk
+from ..search import RANK_CANDIDATES, KeywordQuery, merge_ranked, tsquery_text
+from .cjk import CJK_TABLE
+from .schema import SEARCH_CONFIG, Cursor
 
 MESSAGE_COLUMNS = "id, resource_id, thread_id, seq, kind, data, tokens, created_at, observed, observed_at"
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from .backfill_bookmarks import sqlite_bookmark, sqlite_pending
-from .known import FINGERPRINT_PATH, json_path
+from ..known import FINGERPRINT_PATH, json_path
+from .backfill import sqlite_bookmark, sqlite_pending
 
 BACKFILL_BATCH = 5000
 """Message rowids filled per committed backfill transaction."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from .base import VectorBatch, check_resource_id
-from .postgres_records import PostgresRecords
-from .postgres_schema import Cursor, Query
-from .search import check_space
-from .vector_segments import VectorSegment, check_positions, check_segment, touched
+from ..base import VectorBatch, check_resource_id
+from ..search import check_space
+from ..vector_segments import VectorSegment, check_positions, check_segment, touched
+from .records import PostgresRecords
+from .schema import Cursor, Query
 
 
 async def lock_vectors(cur: Cursor, resource_id: str, *, shared: bool) -> None:

@@ -12,7 +12,7 @@ Existing files get the table empty in the schema migration, with a ``search_back
 recording the highest message rowid at that moment; ``backfill_batch`` then indexes the stored
 messages in rowid order, one committed batch at a time, so a process killed half-way resumes
 where the last batch committed. Messages appended meanwhile go through the keyword queue
-(``sqlite_keyword_queue``), which indexes them in both tables.
+(``sqlite/keyword_queue``), which indexes them in both tables.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from .backfill_bookmarks import sqlite_bookmark, sqlite_pending
-from .cjk import cjk_index_text
-from .search import scope_token, search_text
+from ..cjk import cjk_index_text
+from ..search import scope_token, search_text
+from .backfill import sqlite_bookmark, sqlite_pending
 
 CJK_TABLE = "message_search_cjk"
 BACKFILL_BATCH = 2000

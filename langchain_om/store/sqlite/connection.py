@@ -3,8 +3,8 @@
 ``SQLiteConnection`` is the base of ``SQLiteStore``: it owns the one connection per store
 (guarded by a threading lock), runs calls in a worker thread or, when nothing can make them
 wait, inline (``_run_inline``), keeps the WAL bounded with passive checkpoints, and migrates
-the schema on open (``sqlite_schema``). The store's tables are read and written by its
-subclasses; the reasons for each choice are in ``sqlite.py``'s docstring.
+the schema on open (``sqlite/schema``). The store's tables are read and written by its
+subclasses; the reasons for each choice are in ``sqlite/store.py``'s docstring.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from . import _util as u
-from . import sqlite_cjk, sqlite_fingerprints
-from . import sqlite_schema as schema
-from .base import InvalidStoreInput, StoreError
+from .. import _util as u
+from ..base import InvalidStoreInput, StoreError
+from . import cjk as sqlite_cjk
+from . import fingerprints as sqlite_fingerprints
+from . import schema as schema
 
 T = TypeVar("T")
 

@@ -24,10 +24,10 @@ from typing import Any
 
 from psycopg import AsyncCursor, sql
 
-from . import _util as u
-from .backfill_bookmarks import pg_claim
-from .cjk import cjk_index_tokens, tsvector_literal
-from .search import search_text
+from .. import _util as u
+from ..cjk import cjk_index_tokens, tsvector_literal
+from ..search import search_text
+from .backfill import pg_claim
 
 CJK_TABLE = "message_search_cjk"
 BACKFILL_BATCH = 2000
