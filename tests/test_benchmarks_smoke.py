@@ -344,7 +344,9 @@ def test_load_measures_a_baseline_checkout_side_by_side() -> None:
 
     # this checkout stands in for the baseline too: each runs in its own subprocess, alternately
     root = str(Path(load.__file__).resolve().parent.parent)
-    payload = load.run(_ns(load, users=[2], stores=["sqlite"], turns=2, observer_latency=0.0, baseline=root))
+    # one round each (min_turns=0): this checks the side-by-side mechanics, not the statistics
+    payload = load.run(_ns(load, users=[2], stores=["sqlite"], turns=2, observer_latency=0.0, baseline=root,
+                           min_turns=0))
     assert payload["checkouts"] == {"before": root, "after": root}
     assert payload["sources"] == {"before": root, "after": root}
     for runs in (payload["before"]["sqlite"], payload["stores"]["sqlite"]):
