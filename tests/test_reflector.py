@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage
 
 from langchain_om.model_calls.reflector import (
     MAX_COMPRESSION_LEVEL,
