@@ -105,3 +105,28 @@ def test_a_log_within_the_limit_is_shown_whole_and_status_says_nothing_left_out(
     om, _reflector, contexts = run("en", 3, retrieval=True)
     assert all("are not shown here" not in shown_log(c) for c in contexts)
     assert contexts[-1].status.omitted is None and om.status("t").omitted is None
+
+
+@pytest.mark.parametrize("lang", ["en", "ja"])
+def test_a_reflection_cycle_asks_one_target_after_the_log_and_retries_share_the_prefix(lang: str) -> None:
+    """Issue 43, item 7, through ``process``: every attempt of a cycle sends the same system prompt
+    and the same log first; after the log comes the level, one target with how far the log is from
+    it (and, on a retry, how far the best attempt stayed over), then the level's guidance. An attempt
+    that does not beat the best ends the cycle."""
+    om, reflector, _contexts = run(lang, 12, retrieval=False)
+    prompts = [c["messages"] for c in reflector.calls]
+    assert len(prompts) >= 2
+    first, retry = prompts[0], prompts[1]
+    assert str(first[0].content) == str(retry[0].content)  # one system prompt for every attempt
+    head, tail = (str(first[1].content).split("</observation-log>", 1))
+    assert str(retry[1].content).startswith(head + "</observation-log>")  # the log is the shared prefix
+    target = om.config.reflection.observation_tokens // 2
+    assert re.search(rf"Compression level: 0\nTarget: under {target} tokens\. The log above is [\d,]+ tokens: "
+                     r"cut at least [\d,]+ \(\d+% of it\)\.\nKeep the newest quarter of the log's span", tail), tail
+    retry_tail = str(retry[1].content).split("</observation-log>", 1)[1]
+    assert "Compression level: 1" in retry_tail and "A previous attempt came to" in retry_tail
+    if lang == "ja":
+        assert "Japanese" in head  # the language line comes before the log, shared as well
+    # the stubborn Reflector returns the same log at every level: two attempts a cycle, never four
+    cycles = [i for i, p in enumerate(prompts) if "Compression level: 0" in str(p[1].content)]
+    assert all(b - a <= 2 for a, b in zip(cycles, [*cycles[1:], len(prompts)], strict=True)), cycles
