@@ -7,8 +7,8 @@ each replay a week after the previous one ended (timestamps shifted, fresh messa
 tokens, so a hard limit of 1,800 with the default ``block_after`` of 1.2) and the scripted
 Observer/Reflector (rule-based, offline). Per replay it reports:
 
-* the stored log's tokens when the replay ends, and the largest log the agent was shown (the
-  ``<observations>`` block of OM's system message, omission line included) against the hard limit;
+* the stored log's tokens when the replay ends, and the largest log the agent was shown (the notes
+  of OM's system message with their dates annotated, and the omission line) against the hard limit;
 * Reflector calls, and how many of them ran inside a step (blocking: trigger ``turn-sync``);
 * the longest OM system message (characters).
 
@@ -38,6 +38,7 @@ from langchain_om.cli.demo import (
     split_steps,
 )
 from langchain_om.engine import ObservationalMemory
+from langchain_om.engine.log_fit import shown_notes
 from langchain_om.foundation.hooks import ObserveHooks
 from langchain_om.foundation.messages import message_timestamp
 from langchain_om.foundation.tokens import get_token_counter
@@ -48,7 +49,7 @@ from .common import section_main, table
 
 THREAD = "replays"
 CALL_TARGET = 8
-_LOG_BLOCK = re.compile(r"<observations>\n(.*)\n</observations>", re.DOTALL)
+_LOG_BLOCK = re.compile(r"<observations>\n.*\n</observations>", re.DOTALL)
 
 
 def shifted_entries(entries: list[dict[str, Any]], replay: int, gap_days: int = 7) -> list[dict[str, Any]]:
@@ -61,9 +62,10 @@ def shifted_entries(entries: list[dict[str, Any]], replay: int, gap_days: int = 
 
 
 def shown_log(system: BaseMessage | None) -> str:
-    """The observation log as the agent's model reads it (empty without one)."""
+    """The observation log as the agent's model reads it, as the hard limit measures it: its notes
+    (dates annotated) and the omission line, without the framing tags (empty without one)."""
     match = _LOG_BLOCK.search(str(system.content)) if system is not None else None
-    return match.group(1) if match else ""
+    return shown_notes(match.group(0)) if match else ""
 
 
 async def measure(replays: int) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from om_recording import RecordingModel
 
 from langchain_om.engine import ObservationalMemory
+from langchain_om.engine.log_fit import shown_notes
 from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.model_calls.reflector import REFLECTOR_PROMPT_MARKER
 from langchain_om.store.memory import InMemoryStore
@@ -57,8 +58,9 @@ def run(lang: str, steps: int, *, retrieval: bool) -> tuple[ObservationalMemory,
 
 
 def shown_log(context: Any) -> str:
+    """The log as the hard limit measures it: the notes as shown, the omission line, no framing tags."""
     match = _LOG.search(str(context.system_message.content)) if context.system_message is not None else None
-    return match.group(0) if match else ""
+    return shown_notes(match.group(0)) if match else ""
 
 
 @pytest.mark.parametrize("lang", ["en", "ja"])

@@ -58,7 +58,7 @@ def test_the_committed_notebook_carries_its_outputs_and_they_tell_the_truth() ->
     for line in ("stored log", "log shown to the agent", "reflection threshold", "hard limit"):
         assert line in chart, line
     prose = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
-    assert "never goes above the **hard limit**" in prose and "**stored log**" in prose
+    assert "It never goes above the\n  **hard limit**" in prose and "**stored log**" in prose
 
 
 def test_every_cell_has_an_id_and_the_notebook_validates() -> None:

@@ -2,13 +2,13 @@
 ``reflection.block_after`` (``observation_tokens x block_after``), whatever the Observer and the
 Reflector returned.
 
-When the rendered log (dates annotated, the group tags, everything inside ``<observations>``) is
-over that limit, the oldest notes are left out of the context: the fewest leading note lines
-whose removal makes the rest fit (a day cut in two keeps its newer notes under its header).
-Nothing leaves the store (the groups, the raw messages and the full record
-stay; recall reaches them). One line at the top of the log says which dates were left out and
-how to read them back. The rule is deterministic: the same log, date and limit leave out the same
-notes, so a day's prompts keep a byte-identical prefix.
+When the log as rendered (its notes with their dates annotated, and the omission line; not the
+group tags, which are framing like the reading rules) is over that limit, the oldest notes are
+left out of the context: the fewest leading note lines whose removal makes the rest fit (a day cut
+in two keeps its newer notes under its header). Nothing leaves the store (the groups, the raw
+messages and the full record stay; recall reaches them). One line at the top of the log says
+which dates were left out and how to read them back. The rule is deterministic: the same log,
+date and limit leave out the same notes, so a day's prompts keep a byte-identical prefix.
 """
 
 from __future__ import annotations
@@ -20,6 +20,13 @@ from dataclasses import dataclass, replace
 from ..store.base import ObservationGroup
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_FRAME = re.compile(r"^</?observation(?:s|-group)\b")
+
+
+def shown_notes(block: str) -> str:
+    """The text of a rendered ``<observations>`` block without its framing tags: what the hard limit
+    measures (model text inside it is fenced, so no note line can start with such a tag)."""
+    return "\n".join(line for line in block.splitlines() if not _FRAME.match(line))
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class Omission:
     cursor: str
     """A message id to read the left-out part from (the oldest group's first message)."""
     shown_tokens: int = 0
-    """Tokens of the log as shown, the omission line included (at most the limit)."""
+    """Tokens of the log as shown: its notes, dates annotated, and the omission line (at most the limit)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def omission_line(omission: Omission, *, recall: bool) -> str:
 
 
 Measure = Callable[[Sequence[ObservationGroup], str | None], int]
-"""Tokens of the rendered ``<observations>`` block for these groups and this omission line."""
+"""Tokens of the log as shown (``shown_notes``) for these groups and this omission line."""
 
 
 def fit_log(groups: Sequence[ObservationGroup], limit: int, measure: Measure, line_for: Callable[[Omission], str],
@@ -132,7 +139,7 @@ def fit_log(groups: Sequence[ObservationGroup], limit: int, measure: Measure, li
             ) -> tuple[list[ObservationGroup], str | None, Omission | None]:
     """The groups to show, the omission line (None when all fits) and what it describes.
 
-    ``measure(groups, line)`` is the tokens of the rendered ``<observations>`` block. The cut is
+    ``measure(groups, line)`` is the tokens of the log as shown. The cut is
     the smallest number of leading note lines that makes the rest fit (a binary search: what is
     shown only shrinks as more is left out): the oldest notes go first, and a day cut in two keeps
     its newer notes under its header."""

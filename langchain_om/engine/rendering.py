@@ -18,7 +18,7 @@ from ..foundation.messages import message_timestamp
 from ..foundation.window import Window
 from ..store.base import ObservationGroup, OMRecord, StoredMessage, record_key
 from .core import EngineCore
-from .log_fit import Omission, fit_log, omission_line
+from .log_fit import Omission, fit_log, omission_line, shown_notes
 from .state import OMContext, lru_put
 
 
@@ -124,13 +124,15 @@ def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequ
 
 def fit_shown_log(core: EngineCore, record: OMRecord, labels: dict[str, str], today: date | None
                   ) -> tuple[list[ObservationGroup], str | None, Omission | None]:
-    """The log within ``reflection.block_after``, measured as the agent's model reads it."""
+    """The log within ``reflection.block_after``, measured as the agent's model reads it (its notes
+    with their dates annotated, and the omission line; the group tags are framing, as the reading
+    rules are, and count toward neither)."""
     show_thread = core.config.scope == "resource"
     count = getattr(core.counter, "count_piece", core.counter.count_text)
 
     def measure(groups: Sequence[ObservationGroup], line: str | None) -> int:
-        return int(core.counter.count_text(render_log(groups, thread_labels=labels, show_thread=show_thread,
-                                                      today=today, omitted=line)))
+        block = render_log(groups, thread_labels=labels, show_thread=show_thread, today=today, omitted=line)
+        return int(core.counter.count_text(shown_notes(block)))
 
     recall = core.config.retrieval is not None
     return fit_log(record.groups, core.config.reflection.block_after_tokens(), measure,
