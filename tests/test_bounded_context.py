@@ -132,3 +132,13 @@ def test_a_reflection_cycle_asks_one_target_after_the_log_and_retries_share_the_
     # the stubborn Reflector returns the same log at every level: two attempts a cycle, never four
     cycles = [i for i, p in enumerate(prompts) if "Compression level: 0" in str(p[1].content)]
     assert all(b - a <= 2 for a, b in zip(cycles, [*cycles[1:], len(prompts)], strict=True)), cycles
+
+
+def test_the_replays_benchmark_runs_and_stays_bounded() -> None:
+    """``python -m benchmarks.replays`` (the demo replayed on one thread a week apart), two replays."""
+    from benchmarks.replays import measure
+
+    result = asyncio.run(measure(2))
+    assert [row["replay"] for row in result["replays"]] == [1, 2]
+    assert all(0 < row["shown_log_tokens_max"] <= result["hard_limit"] == 1800 for row in result["replays"])
+    assert all(row["reflector_calls"] >= row["reflection_cycles"] for row in result["replays"])

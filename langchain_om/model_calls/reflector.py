@@ -78,9 +78,9 @@ Marks in the log you return
 When the target and what to keep conflict
 The target comes first. Let things go in this order until the log fits: 🟢 lines; 🟡 lines,
 oldest first; the words around the facts you keep; older lines that a newer line repeats or
-replaces; then whole lines of the oldest part, oldest first. The newest value of what the user
-stated or decided goes last. Nothing is lost for good: the assistant can still look up the
-original messages behind what you leave out.
+replaces; then whole 🔴 lines of the oldest part, oldest first. The newest day goes last. Nothing
+is lost for good: the assistant can still look up the original messages behind what you leave
+out.
 """
 
 _REFLECTOR_FORMAT = """\
