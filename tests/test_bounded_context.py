@@ -142,3 +142,38 @@ def test_the_replays_benchmark_runs_and_stays_bounded() -> None:
     assert [row["replay"] for row in result["replays"]] == [1, 2]
     assert all(0 < row["shown_log_tokens_max"] <= result["hard_limit"] == 1800 for row in result["replays"])
     assert all(row["reflector_calls"] >= row["reflection_cycles"] for row in result["replays"])
+
+
+def test_the_rule_leaves_out_the_fewest_oldest_lines_deterministically() -> None:
+    """``fit_log`` on its own: the fewest leading note lines go; a day cut in two keeps its header
+    and its newer notes; the same input gives the same output; the store's groups are untouched."""
+    from langchain_om.engine.log_fit import fit_log, omission_line
+    from langchain_om.store.base import ObservationGroup
+
+    groups = [
+        ObservationGroup(id="g1", thread_id="t", start_id="m1", end_id="m4",
+                         text="Date: 2026-02-02 (Monday)\n* 🔴 (09:00) one two\n* 🔴 (09:05) three four\n\n"
+                              "Date: 2026-02-03 (Tuesday)\n* 🔴 (10:00) five six\n* 🟡 (10:05) seven eight"),
+        ObservationGroup(id="g2", thread_id="t", start_id="m5", end_id="m6",
+                         text="Date: 2026-02-03 (Tuesday)\n* 🔴 (11:00) nine ten"),
+    ]
+    original = [g.model_copy() for g in groups]
+
+    def measure(shown: Any, line: str | None) -> int:
+        notes = [ln for g in shown for ln in g.text.splitlines() if ln.startswith("* ")]
+        return len(notes) + (1 if line else 0)
+
+    def fit() -> Any:
+        return fit_log(groups, 3, measure, lambda o: omission_line(o, recall=True), lambda gs: len(gs))
+
+    shown, line, omission = fit()
+    assert fit() == (shown, line, omission)  # deterministic
+    assert [g.id for g in shown] == ["g1", "g2"]
+    assert shown[0].text == "Date: 2026-02-03 (Tuesday)\n* 🟡 (10:05) seven eight"  # the newer note of a cut day
+    assert omission is not None and (omission.first_date, omission.last_date, omission.partial) == (
+        "2026-02-02", "2026-02-03", True)
+    assert line == ('[Notes from 2026-02-02 to 2026-02-03 (the earlier ones of 2026-02-03) are not shown here, '
+                    'to keep this context within its size. They are stored: to read the messages behind them, '
+                    'call recall with cursor "m1" and page=1.]')
+    assert groups == original  # nothing leaves the store's groups
+    assert fit_log(groups, 99, measure, lambda o: "x", lambda gs: 0) == (groups, None, None)
