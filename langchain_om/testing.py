@@ -25,10 +25,10 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
 from .model_calls.language import conversation_language
-from .model_calls.note_wording import Note, cut_note
 from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
-from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER
+from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER, TARGET_LABEL
 from .model_calls.relative_dates import with_absolute_date
+from .model_calls.scripted_reflection import condense_log, drop_oldest_lines
 
 __all__ = [
     "OBSERVER_PROMPT_MARKER",
@@ -324,15 +324,21 @@ class ScriptedObserverModel(_ScriptedBase):
     # -- reflector ---------------------------------------------------------------------------
 
     def reflect(self, prompt: str, slugs: Sequence[str] = ()) -> str:
-        """A consolidated log for the log inside ``prompt`` (level from the prompt)."""
+        """A consolidated log for the log inside ``prompt`` (level and target from the prompt), as a
+        model following the Reflector's contract writes it: harder levels until the target is met,
+        then whole lines of the oldest days in the prompt's order (🟡 before 🔴, oldest first; the
+        newest day stays)."""
         level_match = re.search(rf"{re.escape(COMPRESSION_LEVEL_LABEL)}\s*(\d)", prompt)
         level = int(level_match.group(1)) if level_match else 0
         log = _section(prompt, "observation-log") or prompt
         condensed = condense_log(log, level)
-        target = re.search(r"Target length: at most about (\d+) tokens", prompt)
-        while target and level < 3 and _estimate(condensed) > int(target.group(1)):
-            level += 1  # as a model heeding the target would: condense harder, never drop a 🔴 note
+        target_match = re.search(rf"{re.escape(TARGET_LABEL)} under ([\d,]+) tokens", prompt)
+        target = int(target_match.group(1).replace(",", "")) if target_match else None
+        while target and level < 3 and _estimate(condensed) > target:
+            level += 1  # as a model heeding the target would: condense harder
             condensed = condense_log(log, level)
+        if target and _estimate(condensed) > target:
+            condensed = drop_oldest_lines(condensed, target)
         out = ["<observations>\n" + condensed + "\n</observations>"]
         for slug in slugs:
             out.append(f"<{slug}>Consolidated at level {level}</{slug}>")
@@ -361,58 +367,6 @@ class ScriptedLoopingModel(ScriptedObserverModel):
         if index in self.loop_on:
             return AIMessage(content=self.loop_text)
         return super()._reply(messages, index)
-
-
-_LEVEL_LIMITS: dict[int, tuple[int | None, int | None]] = {0: (None, None), 1: (None, None), 2: (100, None),
-                                                           3: (60, 140), 4: (48, 48)}
-"""Per level, how many characters a 🔴 note keeps on older days and on the newest day (None: whole).
-Level 4 is the scripted Reflector's own last resort when level 3 cannot shrink the log."""
-
-
-def condense_log(log: str, level: int = 0) -> str:
-    """The scripted Reflector's rules, usable on their own (deterministic).
-
-    Repeated notes go and a day's notes gather under one ``Date:`` header. Level 0 drops 🟢 and
-    keeps each day's newest 🟡; level 1 keeps a 🟡 only on the newest day; levels 2-3 also
-    shorten older days' 🔴 notes by cutting their tail at a word boundary ("…"). Every 🔴 note
-    survives at every level. A level that cannot shrink the log hands it to the next; the
-    result is never longer than ``log`` (unchanged when nothing can go)."""
-    days: dict[str, list[Note]] = {}
-    seen: set[str] = set()
-    header = "Date: unknown"
-    for raw in log.splitlines():
-        line = raw.strip()
-        if line.lower().startswith("date:"):
-            header = line
-            days.setdefault(header, [])
-            continue
-        match = _BULLET_TIME_RE.match(line) if line else None
-        if not match:
-            continue
-        mark, time_, text = match.group(1) or "🟡", match.group(2) or "", match.group(3).strip()
-        key = re.sub(r"\W+", " ", text.lower()).strip()
-        if key and key not in seen:
-            seen.add(key)
-            days.setdefault(header, []).append((mark, time_, text))
-    older, newest = _LEVEL_LIMITS[level]
-    blocks: list[str] = []
-    for index, (header, items) in enumerate(days.items()):
-        last = index == len(days) - 1
-        yellows = [i for i in items if i[0] == "🟡"]
-        keep_yellow = yellows[-1] if yellows and (level == 0 or (last and level < 4)) else None
-        limit = newest if last else older
-        kept = [cut_note(i, limit) if i[0] == "🔴" else cut_note(i, (None, 120, 100, 80, 80)[level])
-                for i in items if i[0] == "🔴" or i is keep_yellow]
-        if kept:
-            blocks.append(header + "\n" + "\n".join(_bullet(*item) for item in kept))
-    text = "\n\n".join(blocks)
-    if text and len(text) < len(log.strip()):
-        return text
-    return condense_log(log, level + 1) if level < 4 else log.strip()
-
-
-def _bullet(mark: str, time_: str, text: str) -> str:
-    return f"* {mark} ({time_}) {text}" if time_ else f"* {mark} {text}"
 
 
 # --------------------------------------------------------------------------- agent

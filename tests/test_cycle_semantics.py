@@ -63,8 +63,9 @@ def _reflector_that_keeps_90_percent(messages: list[BaseMessage]) -> str:
 
 
 async def test_a_reflector_that_cannot_reach_the_target_is_not_called_again_every_turn() -> None:
-    """One call per level of the ladder (four) in the cycle that crosses the threshold, the best effort is kept,
-    and the turns after it (no new observations) call the Reflector no more."""
+    """The cycle that crosses the threshold stops its ladder once an attempt does not beat the best
+    one (this Reflector returns the same at every level: two calls, not four, issue 43), the best
+    effort is kept, and the turns after it (no new observations) call the Reflector no more."""
     calls: list[str] = []
 
     def model_fn(messages: list[BaseMessage]) -> str:
@@ -83,7 +84,7 @@ async def test_a_reflector_that_cannot_reach_the_target_is_not_called_again_ever
     await om.aprocess("t1", histories[2])
     record = await om.aget_record("t1")
     assert calls.count("observer") == 1
-    assert calls.count("reflector") == MAX_COMPRESSION_LEVEL + 1 == 4, calls
+    assert calls.count("reflector") == 2 < MAX_COMPRESSION_LEVEL + 1, calls
     assert record.generation_count == 1  # the best effort was committed once
     generation, reflector_calls = record.generation_count, calls.count("reflector")
     for _ in range(4):  # steps with no new observation

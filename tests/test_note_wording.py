@@ -72,13 +72,15 @@ def test_japanese_notes_are_cut_at_a_clause_or_character() -> None:
     assert cut_text(note, 30) == "ユーザー: 来週の金曜日に京都へ行きます。…"
     assert cut_text("ユーザー: 来週の金曜日、京都へ行きます予算は9万円です", 24) == "ユーザー: 来週の金曜日、…"
     assert cut_text("ユーザー: 来週の金曜日に京都へ行きます予算は9万円です", 16) == "ユーザー: 来週の金曜日に京都…"
+    # six trips to six cities (six notes that differ only in the budget would be one value, updated)
+    cities = ["京都", "大阪", "奈良", "神戸", "金沢", "広島"]
     log = ("Date: 2026-03-02 (Monday)\n" + "\n".join(
-        f"* 🔴 (19:0{i}) ユーザー: 来週の金曜日に京都へ行きます。予算は{i}万円です。旅館「花むき」に泊まりたいです。"
-        "夕食は精進料理にしてください。" for i in range(6)))
+        f"* 🔴 (19:0{i}) ユーザー: {city}へ行く予定です。予算は{i}万円です。旅館「花むき」に泊まりたいです。"
+        "夕食は精進料理にしてください。" for i, city in enumerate(cities)))
     for level in range(MAX_COMPRESSION_LEVEL + 1):
         out = condense_log(log, level)
         assert len(out) < len(log) and out.count("🔴") == 6
-        assert all(f"(19:0{i}) ユーザー: 来週の金曜日に京都へ行きます。" in out for i in range(6)), out
+        assert all(f"(19:0{i}) ユーザー: {city}へ行く予定です。" in out for i, city in enumerate(cities)), out
 
 
 def test_english_cut_never_splits_a_word_and_keeps_the_resolved_date() -> None:
@@ -88,6 +90,9 @@ def test_english_cut_never_splits_a_word_and_keeps_the_resolved_date() -> None:
         "User said: Book the Tokyo hotels too. …")
     assert cut_text(text, 500) == text and cut_text("  a\n b ", 5) == "a b"
     assert cut_text("Supercalifragilistic", 10) == "Supercali…"  # one word longer than the limit
+    # a note cut once before is cut again with one mark, not two
+    once = "User said: I need a tent and more detail…"
+    assert cut_text(once + " about it", 42) == once
 
 
 def test_a_log_that_cannot_shrink_comes_back_unchanged() -> None:

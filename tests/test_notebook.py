@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -31,6 +32,33 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     assert read.group(1) == read.group(2), "a recall result was observed before the model read it"
     images = [out for out in outputs if "image/png" in out.get("data", {})]
     assert len(images) == 1, "the windows plot was drawn inline"
+    assert_bounded_and_quiet(outputs)
+
+
+def assert_bounded_and_quiet(outputs: list[Any]) -> None:
+    """The log the agent was shown stayed within its hard limit, and nothing warned (issue 43)."""
+    text = "".join(out.get("text", "") for out in outputs if out.get("output_type") == "stream")
+    shown = re.search(r"log shown to the agent: at most (\d+) tokens \(hard limit (\d+)\)", text)
+    assert shown is not None and int(shown.group(1)) <= int(shown.group(2)) == 1080, text[-600:]
+    noise = [out for out in outputs if out.get("output_type") == "stream" and out.get("name") == "stderr"]
+    assert not noise and "Warning" not in text and "WARNING" not in text, noise
+
+
+def test_the_committed_notebook_carries_its_outputs_and_they_tell_the_truth() -> None:
+    """Committed executed (nbclient), so a reader sees the run without running it: the chart, the
+    log within its hard limit, no warning in any output (issue 43, item 7)."""
+    notebook = nbformat.read(NOTEBOOK, as_version=4)  # type: ignore[no-untyped-call]
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.get("execution_count") for cell in code), "every code cell was executed"
+    outputs = [out for cell in code for out in cell.get("outputs", [])]
+    assert [out for out in outputs if "image/png" in out.get("data", {})], "the chart is in the file"
+    assert not [out for out in outputs if out.get("output_type") == "error"]
+    assert_bounded_and_quiet(outputs)
+    chart = next(cell.source for cell in code if "plt.subplots" in cell.source)
+    for line in ("stored log", "log shown to the agent", "reflection threshold", "hard limit"):
+        assert line in chart, line
+    prose = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    assert "It never goes above the\n  **hard limit**" in prose and "**stored log**" in prose
 
 
 def test_every_cell_has_an_id_and_the_notebook_validates() -> None:

@@ -212,8 +212,12 @@ def test_no_second_buffering_cycle_while_one_runs() -> None:
     (2000, {}, False, True),
     (2000, {}, True, False),        # one at a time
     (2000, {"staged": True}, False, False),  # one is staged already
-    (2000, {planner.REFLECTION_HOLD: 1900}, False, False),  # held: the log grew by less than 400
-    (2400, {planner.REFLECTION_HOLD: 1900}, False, True),
+    (2000, {planner.REFLECTION_HOLD: 1900}, False, False),  # held: the log grew by less than 1000
+    (2400, {planner.REFLECTION_HOLD: 1900}, False, False),
+    (2900, {planner.REFLECTION_HOLD: 1900}, False, True),
+    # after a reflection left 1800 tokens, the next one is pre-computed only once the log grew by 1000
+    (2400, {planner.REFLECTED_AT: 1800}, False, False),
+    (2800, {planner.REFLECTED_AT: 1800}, False, True),
 ])
 def test_plan_buffering_reflection(log: int, extra: dict[str, Any], reflecting: bool, expected: bool) -> None:
     cfg = config(message_tokens=1000, buffer_tokens=200, reflection={"observation_tokens": 4000})
@@ -233,9 +237,10 @@ def test_plan_buffering_reflection(log: int, extra: dict[str, Any], reflecting: 
     (0.2, 9000, {}, planner.NO_SIGNALS, ("reflect", "threshold")),  # past block_after (2 x 4000)
     (0.2, 4500, {planner.REFLECTION_FAILED: True}, planner.NO_SIGNALS, ("reflect", "threshold")),
     (False, 4500, {}, planner.NO_SIGNALS, ("reflect", "threshold")),
-    # a cycle that stayed over the target holds further attempts until the log grew by 10%
+    # a cycle that stayed over the target holds further attempts until the log grew by 25%
     (False, 4500, {planner.REFLECTION_HOLD: 4300}, planner.NO_SIGNALS, None),
-    (False, 4800, {planner.REFLECTION_HOLD: 4300}, planner.NO_SIGNALS, ("reflect", "threshold")),
+    (False, 5200, {planner.REFLECTION_HOLD: 4300}, planner.NO_SIGNALS, None),
+    (False, 5300, {planner.REFLECTION_HOLD: 4300}, planner.NO_SIGNALS, ("reflect", "threshold")),
     (False, 4100, {planner.REFLECTION_HOLD: 4300}, planner.NO_SIGNALS, ("reflect", "threshold")),  # shrank
     (0.2, 9000, {planner.REFLECTION_HOLD: 8900}, planner.NO_SIGNALS, None),
 ])

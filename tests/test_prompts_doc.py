@@ -17,10 +17,10 @@ def test_the_page_shows_every_prompt_verbatim() -> None:
     shown = {
         "the reading rules": READING_RULES,
         "the Observer system prompt": observer_system_prompt(want_thread_title=True),
-        "the Reflector system prompt at level 0": reflector_system_prompt(instruction=None, level=0),
+        "the Reflector system prompt": reflector_system_prompt(instruction=None),
     }
     for name, text in shown.items():
         assert f"```text\n{text}\n```" in page, f"docs/prompts.md: update {name}"
-    for level in range(1, MAX_COMPRESSION_LEVEL + 1):
+    for level in range(MAX_COMPRESSION_LEVEL + 1):
         assert f"- level {level}: {reflector._LEVEL_GUIDANCE[level]}" in page, f"docs/prompts.md: level {level}"
     assert MAX_COMPRESSION_LEVEL + 1 >= 4, "the Reflector's ladder has at least four levels"

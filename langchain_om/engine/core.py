@@ -142,7 +142,7 @@ class EngineCore:
         # thread -> the newest seq this process stored: buffering follows the messages (background.schedule)
         self._stored_through: dict[str, int] = {}
         self._records: OrderedDict[str, OMRecord] = OrderedDict()  # record key -> last record read
-        self._rendered: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # record key -> (stamp, text)
+        self._rendered: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # key -> (stamp, text, omission)
         # thread -> (fingerprints, the caller's system messages, their tokens)
         self._instruction_cache: OrderedDict[str, tuple[Any, list[BaseMessage], int]] = OrderedDict()
         self.cache_limit = THREAD_CACHE_LIMIT

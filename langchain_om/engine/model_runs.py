@@ -50,6 +50,11 @@ logger = logging.getLogger("langchain_om")
 
 Operation = Literal["observation", "reflection"]
 
+REFLECTION_TARGET_SHARE = 0.5
+"""The Reflector's target, as a share of ``reflection.observation_tokens``: a log condensed to
+just under the threshold crosses it again with the next observation, and each crossing is another
+cycle. An attempt under the threshold itself is accepted."""
+
 
 def _push_start(core: EngineCore, push: Callable[[OMEvent], None], operation: Operation, buffering: bool,
                 cycle_id: str, tokens: int, record: OMRecord, step: StepState,
@@ -276,11 +281,13 @@ async def arun_reflector(
 ) -> Reflected | None:
     """Reflect the given groups with an increasing compression ladder.
 
-    Level 0 asks for consolidation; when the output is still over the reflection threshold,
-    levels 1 and 2 ask for harder compression. The smallest acceptable output so far is kept,
-    and the last level accepts it as the cycle's best effort (``reached`` False), so one cycle
-    costs at most three calls and always ends. An output that is not smaller than the input (or
-    degenerate) is never accepted; with none, the cycle fails.
+    Every attempt asks for one target, ``REFLECTION_TARGET_SHARE`` of the threshold (room for the
+    log to grow before the next reflection), and says how far the log is from it. An attempt under
+    the threshold ends the cycle; one still over it is followed by the next level, told how far
+    its best predecessor stayed over. The smallest acceptable output so far is kept, and an attempt
+    that does not beat it ends the ladder (another level would pay for the same result), so a
+    cycle costs at most four calls and usually one or two, and always ends. An output that is not
+    smaller than the input (or degenerate) is never accepted; with none, the cycle fails.
     """
     cfg = core.config
     push = emit or step.events.append
@@ -300,8 +307,9 @@ async def arun_reflector(
     best: tuple[int, Any, Any] | None = None  # (tokens, parsed, call)
     for level in range(reflector_mod.MAX_COMPRESSION_LEVEL + 1):
         prompt = reflector_mod.build_reflector_messages(
-            source_text, instruction=cfg.reflection.instruction, level=level, target_tokens=target // 2,
-            inline_extractors=inline,
+            source_text, instruction=cfg.reflection.instruction, level=level,
+            target_tokens=max(1, round(target * REFLECTION_TARGET_SHARE)), log_tokens=in_tokens,
+            previous_tokens=best[0] if best is not None else None, inline_extractors=inline,
         )
         input_tokens = _prompt_tokens(core, spec, prompt)
         try:
@@ -327,8 +335,9 @@ async def arun_reflector(
         if not reflector_mod.is_compressed(in_tokens, out_tokens):
             last_error = f"reflection output ({out_tokens} tokens) not smaller than input ({in_tokens})"
             continue
-        if best is None or out_tokens < best[0]:
-            best = (out_tokens, parsed, call)
+        if best is not None and out_tokens >= best[0]:
+            break  # no progress on the best attempt: a harder level would pay for the same
+        best = (out_tokens, parsed, call)
         if out_tokens <= target:
             break
     if best is None:

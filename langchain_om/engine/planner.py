@@ -15,7 +15,8 @@ Every rule of the reference page about *when* and *how much* lives here:
 * synchronous observation: when it must block the step and where it cuts (``turns``);
 * background buffering: the cadence of observation chunks and when to pre-compute a reflection;
 * reflection: activate a buffered one, reflect now, or wait; and the *hold* that stops a
-  Reflector that cannot reach the target from running again before the log has grown.
+  Reflector that cannot reach the target from running again before the log has really grown
+  (nor pre-computes another reflection of a log that is mostly the last one's output).
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ MIN_LEFT = 1000
 HALVING_MARGIN = 1.1
 """Past ``message_tokens - 1.1 x interval`` the buffer interval halves, so the last chunk is
 ready when the threshold is crossed."""
-HOLD_GROWTH_SHARE = 0.1
-"""After a reflection that could not reach its target, the log must grow by this share of
-``observation_tokens`` before the next attempt."""
+REFLECTED_AT = "reflected_at"
+"""Record metadata: the log's tokens right after the last reflection was applied."""
+HOLD_GROWTH_SHARE = 0.25
+"""Real growth: after a reflection that could not reach its target, the log must grow by this
+share of ``observation_tokens`` before the next attempt, and after any reflection before the next
+one is pre-computed in the background. (At 10%, every observation of the bundled demo replayed a
+week apart started another four-level attempt: 44-48 Reflector calls a replay, issue 43.)"""
 
 
 # ----------------------------------------------------------------------------- limits
@@ -311,6 +316,7 @@ def plan_buffering(cfg: OMConfig, record: OMRecord, thread_id: str, window: Wind
         and record.buffered_reflection is None
         and record.observation_tokens >= cfg.reflection.buffer_start_tokens()
         and not reflection_held(cfg, record)
+        and grown_since_reflection(cfg, record)
     ):
         reflect = tuple(g.id for g in record.groups)
     return Buffering(observe_after, reflect)
@@ -335,8 +341,21 @@ def reflection_held(cfg: OMConfig, record: OMRecord) -> bool:
     mark = record.metadata.get(REFLECTION_HOLD)
     if not isinstance(mark, int):
         return False
-    growth = max(1, round(cfg.reflection.observation_tokens * HOLD_GROWTH_SHARE))
-    return mark <= record.observation_tokens < mark + growth
+    return mark <= record.observation_tokens < mark + _real_growth(cfg)
+
+
+def _real_growth(cfg: OMConfig) -> int:
+    return max(1, round(cfg.reflection.observation_tokens * HOLD_GROWTH_SHARE))
+
+
+def grown_since_reflection(cfg: OMConfig, record: OMRecord) -> bool:
+    """Whether the log has really grown since the last reflection left it: pre-computing another
+    reflection of a log that is mostly the last one's output pays for little (the demo staged one
+    right after every activation, ~1,000 tokens condensed to ~950)."""
+    mark = record.metadata.get(REFLECTED_AT)
+    if not isinstance(mark, int):
+        return True
+    return not mark <= record.observation_tokens < mark + _real_growth(cfg)
 
 
 def plan_reflection(cfg: OMConfig, record: OMRecord, window_tokens: int,

@@ -165,6 +165,7 @@ def apply_reflection(core: EngineCore, record: OMRecord, covered: Sequence[str],
         generation=updated.generation_count, source="reflection", thread_ids=threads if len(threads) > 1 else [],
     )
     updated.groups = [reflected, *updated.groups[len(covered):]]
+    updated.metadata[planner.REFLECTED_AT] = updated.observation_tokens
     updated.buffered_reflection = None
     updated.metadata.pop(planner.REFLECTION_FAILED, None)
     if result is not None:

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date, datetime
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ..foundation.context import context_message, render_context
-from ..foundation.events import StatusData
+from ..foundation.context import context_message, render_context, render_log
+from ..foundation.events import OmittedLog, StatusData
 from ..foundation.inputs import Instructions, is_edit_message
 from ..foundation.log_dates import step_date
 from ..foundation.messages import message_timestamp
 from ..foundation.window import Window
-from ..store.base import OMRecord, StoredMessage, record_key
+from ..store.base import ObservationGroup, OMRecord, StoredMessage, record_key
 from .core import EngineCore
+from .log_fit import Omission, fit_log, omission_line, shown_notes
 from .state import OMContext, lru_put
 
 
@@ -43,6 +45,7 @@ async def abuild_context(core: EngineCore, record: OMRecord, window: Window, res
             messages.insert(0, core.message_of(resource_id, pinned))
     today = step_date(step_time(messages, now or core._clock()))
     text = render(core, record, sections, static, today)
+    status.omitted = omitted_of(core, record)  # what this context leaves out of the log (log_fit.py)
     system = context_message(text) if text else None
     instructions, _tokens = instructions_of(core, record, thread_id)
     return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record,
@@ -102,16 +105,53 @@ def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequ
     """The system message text; rendered again only when what it shows changed: the log, the
     hints, a section or the date. Keyed on that content, not on the record's version, which moves
     on every buffered chunk, while rendering a 20k-token log (its dates annotated) takes ~1 ms."""
-    stamp = (record.id, tuple((g.id, g.start_id, g.end_id, g.thread_id, g.text) for g in record.groups),
+    stamp = (record.id, _groups_stamp(record),
              record.current_task, record.suggested_response, tuple(sections), tuple(static), today)
     cached = core._rendered.get(record.key)
     if cached is not None and cached[0] == stamp:
-        return cached[1]
+        text: str | None = cached[1]
+        return text
     labels = {g.thread_id: core.thread_label(g.thread_id) for g in record.groups}
+    shown, line, omission = fit_shown_log(core, record, labels, today)
     text = render_context(
-        record.groups, current_task=record.current_task, suggested_response=record.suggested_response,
+        shown, current_task=record.current_task, suggested_response=record.suggested_response,
         extra_sections=sections, static_sections=static, thread_labels=labels,
-        show_thread=core.config.scope == "resource", today=today,
+        show_thread=core.config.scope == "resource", today=today, omitted=line,
     )
-    core.keep_for_record(core._rendered, record.key, (stamp, text))
+    core.keep_for_record(core._rendered, record.key, (stamp, text, omission))
     return text
+
+
+def fit_shown_log(core: EngineCore, record: OMRecord, labels: dict[str, str], today: date | None
+                  ) -> tuple[list[ObservationGroup], str | None, Omission | None]:
+    """The log within ``reflection.block_after``, measured as the agent's model reads it (its notes
+    with their dates annotated, and the omission line; the group tags are framing, as the reading
+    rules are, and count toward neither)."""
+    show_thread = core.config.scope == "resource"
+    count = getattr(core.counter, "count_piece", core.counter.count_text)
+
+    def measure(groups: Sequence[ObservationGroup], line: str | None) -> int:
+        block = render_log(groups, thread_labels=labels, show_thread=show_thread, today=today, omitted=line)
+        return int(core.counter.count_text(shown_notes(block)))
+
+    recall = core.config.retrieval is not None
+    return fit_log(record.groups, core.config.reflection.block_after_tokens(), measure,
+                   lambda omission: omission_line(omission, recall=recall),
+                   lambda groups: sum(int(count(g.text)) for g in groups))
+
+
+def omitted_of(core: EngineCore, record: OMRecord) -> OmittedLog | None:
+    """What the record's last rendered context left out of its log (None: all of it is shown)."""
+    cached = core._rendered.get(record.key)
+    if cached is None or len(cached) < 3 or cached[0][1] != _groups_stamp(record):
+        return None
+    omission: Omission | None = cached[2]
+    if omission is None:
+        return None
+    return OmittedLog(first_date=omission.first_date, last_date=omission.last_date, partial=omission.partial,
+                      notes=omission.notes, tokens=omission.tokens, shown_tokens=omission.shown_tokens,
+                      limit=core.config.reflection.block_after_tokens())
+
+
+def _groups_stamp(record: OMRecord) -> tuple[Any, ...]:
+    return tuple((g.id, g.start_id, g.end_id, g.thread_id, g.text) for g in record.groups)

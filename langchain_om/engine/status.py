@@ -9,7 +9,7 @@ from ..model_calls.spend import record_spend
 from ..store.base import OMRecord
 from . import planner
 from .core import EngineCore
-from .rendering import instructions_of
+from .rendering import instructions_of, omitted_of
 
 
 def status_of(core: EngineCore, record: OMRecord, window: Window, thread_id: str, step_number: int) -> StatusData:
@@ -50,4 +50,5 @@ def status_of(core: EngineCore, record: OMRecord, window: Window, thread_id: str
         "tokenizer": core.counter.source,
         "instruction_tokens": instructions_of(core, record, thread_id)[1],
         "spend": record_spend(record.metadata),
+        "omitted": omitted_of(core, record),
     })

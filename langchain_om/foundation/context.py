@@ -64,6 +64,20 @@ def render_group(group: ObservationGroup, *, thread_label: str | None, dating: L
     return f"<observation-group {attributes}>\n{text}\n</observation-group>"
 
 
+def render_log(groups: Sequence[ObservationGroup], *, thread_labels: dict[str, str] | None = None,
+               show_thread: bool = False, today: date | None = None, omitted: str | None = None) -> str:
+    """The ``<observations>`` block as the agent reads it: the line saying what was left out of
+    it (if anything), then the groups, their dates annotated."""
+    dating = LogDating(today) if today is not None else None
+    rendered = [omitted] if omitted else []
+    rendered.extend(
+        render_group(group, thread_label=(thread_labels or {}).get(group.thread_id) if show_thread else None,
+                     dating=dating)
+        for group in groups
+    )
+    return "<observations>\n" + "\n\n".join(rendered) + "\n</observations>"
+
+
 def render_context(
     groups: Sequence[ObservationGroup],
     *,
@@ -74,32 +88,29 @@ def render_context(
     thread_labels: dict[str, str] | None = None,
     show_thread: bool = False,
     today: date | None = None,
+    omitted: str | None = None,
 ) -> str | None:
     """The system message text, or None when there is nothing to say yet.
 
     ``today`` is the step's date (the newest message's, else the clock's); with it the text
     states the date and every Date header carries its age. ``static_sections`` (recall guidance)
-    go before the log, ``extra_sections`` (working memory) after it."""
+    go before the log, ``extra_sections`` (working memory) after it; ``omitted``: the one line
+    saying what of the log was left out of this context (``engine/log_fit.py``)."""
     head: list[str] = []
-    if groups:
+    if groups or omitted:
         head.append(READING_RULES)
     head.extend(section for section in static_sections if section)
     tail: list[str] = []
-    if groups:
-        dating = LogDating(today) if today is not None else None
-        rendered = "\n\n".join(
-            render_group(group, thread_label=(thread_labels or {}).get(group.thread_id) if show_thread else None,
-                         dating=dating)
-            for group in groups
-        )
-        tail.append(f"<observations>\n{rendered}\n</observations>")
+    if groups or omitted:
+        tail.append(render_log(groups, thread_labels=thread_labels, show_thread=show_thread, today=today,
+                               omitted=omitted))
     tail.extend(section for section in extra_sections if section)
     hints: list[str] = []
     if current_task:
         hints.append(f"<current-task>\n{neutralise(current_task.strip())}\n</current-task>")
     if suggested_response:
         hints.append(f"<suggested-response>\n{neutralise(suggested_response.strip())}\n</suggested-response>")
-    if hints and groups:
+    if hints and (groups or omitted):
         tail.append(_CONTINUATION + "\n" + "\n".join(hints))
     if not head and not tail:
         return None

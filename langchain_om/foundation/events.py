@@ -78,6 +78,23 @@ class Windows(_Data):
     buffered: BufferedWindows = Field(default_factory=BufferedWindows)
 
 
+class OmittedLog(_Data):
+    first_date: str | None = None
+    """The oldest date whose notes were left out of the agent's context."""
+    last_date: str | None = None
+    """The newest date whose notes (all, or the earlier ones: ``partial``) were left out."""
+    partial: bool = False
+    """Only the earlier notes of ``last_date`` were left out."""
+    notes: int = 0
+    """How many note lines were left out."""
+    tokens: int = 0
+    """Stored log tokens not shown."""
+    shown_tokens: int = 0
+    """Tokens of the log as shown (the omission line included)."""
+    limit: int = 0
+    """The hard limit the shown log keeps to: ``observation_tokens x block_after``."""
+
+
 class StatusData(_Data):
     windows: Windows
     record_id: str
@@ -91,6 +108,9 @@ class StatusData(_Data):
     observed, so they count toward neither window (an extension)."""
     observation_error: str | None = None
     """This step's Observer failure, one line (an extension; see ``failure_policy``)."""
+    omitted: OmittedLog | None = None
+    """What of the observation log the agent's context leaves out (never out of the store) to stay
+    within ``observation_tokens x block_after``; None when the whole log is shown (an extension)."""
     spend: dict[str, Any] | None = None
     """OM's own model spend on this record so far: per role, calls and tokens (an extension).
     A plain dict in Python (``spend["observer"]["input_tokens"]``); its keys are camelCase on the

@@ -30,7 +30,8 @@ def cut_text(text: str, limit: int) -> str:
     if len(body) <= limit:
         return flat
     cut = _cut_body(body, max(limit - 1, 1))
-    cut += " …" if cut.endswith((".", "!", "?")) else "…"  # "too. …": the note goes on, not the word
+    if not cut.endswith("…"):  # a note cut once before keeps its one mark
+        cut += " …" if cut.endswith((".", "!", "?")) else "…"  # "too. …": the note goes on, not the word
     return f"{cut} {meaning.group(0).strip()}" if meaning else cut
 
 

@@ -1,10 +1,12 @@
 """The Reflector: condenses the observation log when it grows past its threshold.
 
-Its prompt is a ladder by age: the newest days of the log stay close to what the Observer
-wrote, older days are condensed harder, the oldest hardest. The engine calls it at compression
-level 0 first and, while the result is still over the threshold, again at levels 1, 2 and 3,
-each shifting the ladder towards shorter. At no level may it drop 🔴 names, numbers and dates
-or ✅ outcomes. An empty, degenerate or non-shrinking result is never committed.
+One target per call: a number of tokens the log must come under, stated after the log with how
+far the log is from it. The guidance of the attempt (which part of the log's own span stays
+nearly as written) also follows the log, so the system prompt and the log are a prefix every
+retry of a cycle shares with the first attempt (provider prompt caches). When the target and
+what should be kept conflict, the prompt states the order in which things give way; what the
+user stated or decided, newest value, gives way last. An empty, degenerate or non-shrinking
+result is never committed; a log still over the hard limit is bounded by the engine when shown.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ REFLECTOR_PROMPT_MARKER = "You are the Reflector of langchain-om, the memory con
 
 MAX_COMPRESSION_LEVEL = 3
 COMPRESSION_LEVEL_LABEL = "Compression level:"
-"""Written into the human message as ``Compression level: N`` so the level is visible in traces."""
+"""Written after the log as ``Compression level: N`` so the level is visible in traces."""
+TARGET_LABEL = "Target:"
+"""Opens the line after the log that states the target: ``Target: under N tokens.``"""
 
 
 class ReflectorOutputError(ValueError):
@@ -33,31 +37,50 @@ class ReflectorOutputError(ValueError):
 
 _REFLECTOR_RULES = """\
 You receive the observation log an assistant keeps instead of its old conversations. It has
-grown too long. Rewrite it shorter, so that the assistant can still answer what it will be
-asked weeks from now: facts about the user, what changed and when, how many times something
-happened, what the assistant recommended, how long ago something was.
+grown past its size limit. Rewrite it shorter, so that the assistant can still answer what it
+will be asked weeks from now: facts about the user, what changed and when, how many times
+something happened, what the assistant recommended, how long ago something was.
 
-What must survive at every level
-- Every 🔴 name, number, amount, date and time, and every ✅ outcome. Shorten the words around
-  them, never them.
-- The current value of everything that changed, with the value it replaced when that still
-  matters ("budget now 2,500 EUR, was 3,000"). Drop the superseded line itself.
+Your target
+- After the log, one line gives the target: the number of tokens your log must come under, and
+  how far the log is from it now. Reaching it is the task.
+- Condense by position in the log, not by calendar: the log's span runs from its first Date to
+  its last (for a log of one day, from its first line to its last). The newest part of the span
+  is what the assistant needs in detail; the older a part, the shorter it becomes. The note
+  after the target says how much of the span stays nearly as written this time.
+
+What to keep
+- The newest value of everything the user stated or decided (facts about themselves and the
+  people around them, preferences, decisions, plans, commitments), with its names, numbers,
+  amounts, dates and times exactly as written. Shorten the words around them, never them.
+- A value that changed is kept once, newest, on one line naming the value it replaced: "User's
+  budget is now 320 EUR (was 290 EUR)." The older lines of that value go.
+- ✅ outcomes: what was done.
 - Assertions over questions: something the user only asked about never overrides or erases
   what the user stated. The user is authoritative about themselves.
-- Countable events: when you merge them, keep their number and dates ("User ran 3 times:
-  2026-02-02, 2026-02-05, 2026-02-09").
-- The assistant's recommendations and lists with the details that tell the items apart.
-- Dates resolved at the end of a line, "(meaning 2026-03-13)", stay as they are.
+- The assistant's recommendations and lists, with the details that tell the items apart.
 - The log's language: write in the language the log is written in; never translate names.
 Never add anything that is not in the log.
 
-The age ladder (count back from the newest Date in the log)
-- Recent days (the last 7): keep nearly as written; merge only repeats.
-- Older days (8 to 30 days back): merge related lines of a day into one; drop 🟢 lines and
-  🟡 lines that no longer matter.
-- Old days (31 to 90 days back): two to four lines per day, 🔴 and ✅ content only.
-- The oldest days (over 90 days back): one line per day, or one line for a run of quiet days,
-  keeping their 🔴 facts.
+How to merge
+- Repeats, and lines about the same thing on the same day, become one line.
+- One dated event per line: events on different dates stay on separate lines, each ending with
+  its own date, so that every date can still be counted from. Occurrences that will be counted
+  ("how many times") keep a short line each.
+- A date resolved at the end of a line, as in "(meaning 2026-03-13)", stays at the end of its
+  line exactly as written.
+- Each day keeps its own "Date:" header; a day left with nothing to say goes.
+
+Marks in the log you return
+- 🔴 only for what the user stated or decided. Everything else is 🟡 (useful) or 🟢 (detail),
+  whatever mark it had before: in a long log most lines are not 🔴.
+
+When the target and what to keep conflict
+The target comes first. Let things go in this order until the log fits: 🟢 lines; 🟡 lines,
+oldest first; the words around the facts you keep; older lines that a newer line repeats or
+replaces; then whole 🔴 lines of the oldest part, oldest first. The newest day goes last. Nothing
+is lost for good: the assistant can still look up the original messages behind what you leave
+out.
 """
 
 _REFLECTOR_FORMAT = """\
@@ -69,36 +92,51 @@ the consolidated log
 <suggested-response>Optional: how the assistant should continue, if the log shows it.</suggested-response>"""
 
 _LEVEL_GUIDANCE = {
-    0: "Compression level 0: follow the age ladder as written; remove repeats and superseded lines.",
+    0: (
+        "Keep the newest quarter of the log's span nearly as written. Before it, merge each day's "
+        "related lines and let 🟢 lines go."
+    ),
     1: (
-        "Compression level 1: a first attempt was still too long (aim for about two thirds of the input). "
-        "Move every band one step down the ladder: treat recent days as older days, older as old, old as "
-        "oldest."
+        "Keep the newest tenth of the log's span nearly as written. Before it, each day keeps its "
+        "🔴 and ✅ lines and only the 🟡 lines that still matter, merged and in fewer words."
     ),
     2: (
-        "Compression level 2: earlier attempts were still too long (aim for about half of the input). "
-        "Keep only the last 3 days nearly as written; everything before them gets at most two lines per day, "
-        "🔴 and ✅ content only."
+        "Keep only the newest day nearly as written. Every earlier day keeps its 🔴 and ✅ content "
+        "alone, in as few words as one dated event per line allows."
     ),
     3: (
-        "Compression level 3: the log must shrink hard (aim for about a third of the input). Keep only the "
-        "latest day in detail; every earlier day becomes one line of its 🔴 and ✅ content, and runs of days "
-        "on one topic share a line. The must-survive list above still holds in full."
+        "Keep only the newest day nearly as written. Every earlier day keeps only the newest value "
+        "of what the user stated or decided, in the fewest words; let the rest go in the order "
+        "given above."
     ),
 }
+"""What each attempt keeps nearly as written, relative to the log's own span (item 7 of issue 43:
+fixed day counts left a log whose days all fall within a week nothing it could condense)."""
 
 
-def reflector_system_prompt(*, instruction: str | None, level: int, inline_extractors: Sequence[Any] = ()) -> str:
-    """The Reflector system prompt for one compression level."""
-    level = max(0, min(MAX_COMPRESSION_LEVEL, level))
+def reflector_system_prompt(*, instruction: str | None, inline_extractors: Sequence[Any] = ()) -> str:
+    """The Reflector system prompt: the same for every attempt of a cycle (the level and the
+    target follow the log in the human message)."""
     parts = [REFLECTOR_PROMPT_MARKER, _REFLECTOR_RULES, LOG_CONVENTIONS, _REFLECTOR_FORMAT]
     extractors = [_extractor_triplet(item) for item in inline_extractors]
     if extractors:
         parts.append(_extractor_prompt(extractors))
     if instruction and instruction.strip():
         parts.append("Additional instructions from the application:\n" + instruction.strip())
-    parts.append(_LEVEL_GUIDANCE[level])
     return "\n\n".join(parts)
+
+
+def target_line(target_tokens: int, log_tokens: int | None = None, previous_tokens: int | None = None) -> str:
+    """The one target of an attempt, and how far the log (and the previous attempt) is from it."""
+    line = f"{TARGET_LABEL} under {target_tokens:,} tokens."
+    if log_tokens is not None and log_tokens > target_tokens:
+        cut = log_tokens - target_tokens
+        line += (f" The log above is {log_tokens:,} tokens: cut at least {cut:,} "
+                 f"({round(100 * cut / log_tokens)}% of it).")
+    if previous_tokens is not None and previous_tokens > target_tokens:
+        line += (f" A previous attempt came to {previous_tokens:,} tokens, {previous_tokens - target_tokens:,} "
+                 "over: condense harder this time.")
+    return line
 
 
 def build_reflector_messages(
@@ -107,16 +145,19 @@ def build_reflector_messages(
     instruction: str | None = None,
     level: int = 0,
     target_tokens: int | None = None,
+    log_tokens: int | None = None,
+    previous_tokens: int | None = None,
     inline_extractors: Sequence[Any] = (),
 ) -> list[BaseMessage]:
-    """System prompt (rules, level guidance) + the log to condense."""
+    """System prompt (the same for every attempt) + the log, then this attempt's target and level.
+
+    ``log_tokens``: the log's size, so the target line says how far it is; ``previous_tokens``: the
+    smallest result of an earlier attempt of this cycle that was still over the limit."""
     if not 0 <= level <= MAX_COMPRESSION_LEVEL:
         raise ValueError(f"level must be between 0 and {MAX_COMPRESSION_LEVEL}, got {level}")
     extractors = [_extractor_triplet(item) for item in inline_extractors]
-    system = reflector_system_prompt(instruction=instruction, level=level, inline_extractors=extractors)
-    sections = [f"{COMPRESSION_LEVEL_LABEL} {level}"]
-    if target_tokens:
-        sections.append(f"Target length: at most about {target_tokens} tokens.")
+    system = reflector_system_prompt(instruction=instruction, inline_extractors=extractors)
+    sections: list[str] = []
     previous = _extractor_previous(extractors)
     if previous:
         sections.append("Previous extra values:\n" + previous)
@@ -127,6 +168,11 @@ def build_reflector_messages(
         sections.append(language)
     log = neutralise(observations.strip())
     sections.append(f"Observation log to condense:\n<observation-log>\n{log}\n</observation-log>")
+    attempt = [f"{COMPRESSION_LEVEL_LABEL} {level}"]
+    if target_tokens:
+        attempt.append(target_line(target_tokens, log_tokens, previous_tokens))
+    attempt.append(_LEVEL_GUIDANCE[level])
+    sections.append("\n".join(attempt))
     return [SystemMessage(content=system), HumanMessage(content="\n\n".join(sections))]
 
 
