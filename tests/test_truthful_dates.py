@@ -117,17 +117,23 @@ def test_marks_and_ages_on_lines_as_a_real_observer_writes_them() -> None:
         "* 🔴 (09:20) ✅ User booked the ryokan for the trip (planned for 2026-02-27)\n"
         "* 🔴 (09:25) User flies to Osaka (planned for 2026-03-20)\n"
         "* 🔴 (09:30) ユーザーは2026-02-20に京都へ行く予定（planned for 2026-02-20）\n"
-        "* 🔴 (09:35) ユーザーのセールは2026-02-20まで（meaning 2026-02-20）")
+        "* 🔴 (09:35) ユーザーのセールは2026-02-20まで（meaning 2026-02-20）\n"
+        "* 🔴 (09:40) 사용자는 부산에 갈 예정 (planned for 2026-02-21)\n"
+        "* 🔴 (09:45) 用户的签证在2026-02-22到期（meaning 2026-02-22）")
     assert "(planned for 2026-02-13, 24 days ago: probably happened)" in text
     assert "（planned for 2026-02-20, 17 days ago: probably happened）" in text
     assert "（meaning 2026-02-20, 17 days ago）" in text
+    assert "(planned for 2026-02-21, 16 days ago: probably happened)" in text  # Korean
+    assert "2026-02-22 [15 days ago]到期（meaning 2026-02-22, 15 days ago）" in text  # Chinese: no mark
     assert "(planned for 2026-03-20, in 11 days)" in text
     assert "(planned for 2026-02-27, 10 days ago)" in text, "a ✅ line is done, not probably done"
     assert "departing 2026-02-20 [17 days ago] for 412 USD" in text
     assert "(meaning 2026-03-02, 7 days ago)" in text
+    rules = text.split("<observations>", 1)[0]
+    assert "a deadline, an expiry date, an offer or a price that lies behind us does not mean" in rules
     log = text.split("<observations>", 1)[1]
-    assert log.count("probably happened") == 2
-    for never in ("whether flights", "United flight", "passport", "tax return", "セール"):
+    assert log.count("probably happened") == 3
+    for never in ("whether flights", "United flight", "passport", "tax return", "セール", "到期"):
         assert "probably" not in line_with(log, never)
 
 

@@ -25,7 +25,8 @@ _HEADER = re.compile(
     re.IGNORECASE)
 _SUFFIX = re.compile(r"([(（])[ \t]*(meaning|planned for)[ \t]+(\d{4})-(\d{2})-(\d{2})(?!\d)[ \t]*([)）])",
                      re.IGNORECASE)
-_ISO_DATE = re.compile(r"(?<![\d-])(\d{4})-(\d{2})-(\d{2})(?![\d-])")
+_ISO_DATE = re.compile(  # a date standing alone: not part of a file name, an id, a URL or a timestamp
+    r"(?<![0-9A-Za-z_\-/.])(\d{4})-(\d{2})-(\d{2})(?![0-9A-Za-z_\-/:]|\.[0-9A-Za-z])")
 DONE_MARK = "✅"
 PLAN_SUFFIX = "planned for"
 """The words that open the suffix the Observer writes after a plan's date: ``(planned for 2026-02-13)``."""
