@@ -238,7 +238,7 @@ def test_no_note_on_ages_without_a_log() -> None:
                                  extra_sections=["<working-memory>\nname: Maya\n</working-memory>"], today=TODAY)
     assert only_memory is not None and "Today is Monday, 2026-03-09." in only_memory
     assert "Ages in the log" not in only_memory
-    assert "Ages in the log count whole days back from this date." in render("Date: 2026-03-01\n* 🔴 (09:00) x")
+    assert "Ages in the log count whole days from this date." in render("Date: 2026-03-01\n* 🔴 (09:00) x")
 
 
 async def test_a_thread_scoped_log_is_this_conversation_and_a_resource_scoped_one_names_the_others() -> None:

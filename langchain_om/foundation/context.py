@@ -39,7 +39,7 @@ asked."""
 _HOW_TO_READ = f"""\
 How to read your memory:
 - Each day opens with "Date: YYYY-MM-DD (weekday) [age]". Every age counts whole calendar days \
-back from today's date, stated just above the log: "[today]", "[yesterday]", "[29 days ago]", \
+from today's date, stated just above the log: "[today]", "[yesterday]", "[29 days ago]", \
 "[in 4 days]"; past {EXACT_DAYS} days a rough size follows ("about 5 months"). "[5 days later]" \
 marks a silence between two days. "(HH:MM)" is the time of the message a note came from.
 - 🔴 marks what matters most (facts about the user, decisions, names, numbers), 🟡 useful \

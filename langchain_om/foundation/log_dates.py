@@ -158,4 +158,4 @@ def today_line(today: date, *, has_log: bool = True) -> str:
     """The sentence that states the step's date, right before the log (it changes once a day);
     the note on ages only when there is a log to count them in."""
     sentence = f"Today is {_WEEKDAYS[today.weekday()]}, {today.isoformat()}."
-    return f"{sentence} Ages in the log count whole days back from this date." if has_log else sentence
+    return f"{sentence} Ages in the log count whole days from this date." if has_log else sentence
