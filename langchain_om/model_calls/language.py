@@ -35,7 +35,13 @@ _LATIN_WORDS: tuple[tuple[str, frozenset[str]], ...] = (  # words frequent in on
     ("Portuguese", frozenset("o os e é não um uma com meu minha eu você para do da em".split())),
     ("Dutch", frozenset("de het een en ik niet van voor met mijn je dat op zijn wij ook".split())),
 )
-_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+_LATIN_NAMES = tuple(name for name, _ in _LATIN_WORDS)
+_LANGUAGES_OF: dict[str, tuple[str, ...]] = {}
+for _name, _common in _LATIN_WORDS:
+    for _word in _common:
+        _LANGUAGES_OF[_word] = (*_LANGUAGES_OF.get(_word, ()), _name)
+_LATIN_SAMPLE = 2_000
+_WORDS = re.compile(r"[A-Za-z\u00c0-\u024f]+")  # Latin letters, accented ones included
 _SAMPLE = 20_000  # characters looked at: enough to tell, bounded work on a huge transcript
 
 
@@ -69,12 +75,14 @@ def conversation_language(text: str) -> str | None:
 
 def _latin_language(sample: str) -> str | None:
     """The language of Latin-script text by its common words, when one clearly leads (at least
-    four hits and half again as many as the runner-up); English and unclear text give None."""
-    words = [word.lower() for word in _WORDS.findall(sample)]
-    if not words:
-        return None
-    scores = sorted(((sum(word in common for word in words), name) for name, common in _LATIN_WORDS), reverse=True)
-    (best, name), (second, _) = scores[0], scores[1]
+    four hits and half again as many as the runner-up); English and unclear text give None.
+    The first ``_LATIN_SAMPLE`` characters are enough to tell, and cost ~0.1 ms."""
+    scores = dict.fromkeys(_LATIN_NAMES, 0)
+    for word in _WORDS.findall(sample[:_LATIN_SAMPLE]):
+        for name in _LANGUAGES_OF.get(word.lower(), ()):
+            scores[name] += 1
+    ranked = sorted(((score, name) for name, score in scores.items()), reverse=True)
+    (best, name), (second, _) = ranked[0], ranked[1]
     if best < 4 or best * 2 < second * 3 or name == "English":
         return None
     return name
