@@ -242,8 +242,8 @@ async def _call_observer(
     for thread_id, msgs in batch.items():
         label = core.thread_label(thread_id) if (cfg.scope == "resource" or len(batch) > 1) else None
         zone = _rows_zone(core, step.resource_id, msgs)
-        if zone is None and thread_id == step.thread_id:  # a batch of replies only: the step's user says
-            zone = _rows_zone(core, step.resource_id, step.arrival_window or ())
+        if zone is None and thread_id == step.thread_id and not any(row.data.get("type") == "human" for row in msgs):
+            zone = _rows_zone(core, step.resource_id, step.arrival_window or ())  # replies only: the user's says
         zones[thread_id] = zone
         transcript = observer_mod.format_transcript(
             list(msgs), thread_label=label, observe_attachments=cfg.observation.observe_attachments,

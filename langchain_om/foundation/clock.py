@@ -38,14 +38,15 @@ def stamp_zone(message: BaseMessage) -> tzinfo | None:
 def conversation_zone(messages: Sequence[BaseMessage]) -> tzinfo | None:
     """The conversation's zone: the newest user message's stated zone, else the newest message's
     (None when no message states one; callers then use UTC or the instant's own clock)."""
-    for wanted in ("human", None):
-        for message in reversed(messages):
-            if wanted is not None and message.type != wanted:
-                continue
-            zone = stamp_zone(message)
-            if zone is not None:
-                return zone
-    return None
+    fallback: tzinfo | None = None
+    for message in reversed(messages):
+        if not message.response_metadata:
+            continue
+        zone = stamp_zone(message)
+        if zone is not None and message.type == "human":
+            return zone
+        fallback = fallback or zone
+    return fallback
 
 
 def on_clock(moment: datetime, zone: tzinfo | None) -> datetime:
