@@ -72,6 +72,7 @@ async def test_only_a_passed_plan_is_marked_and_every_date_carries_its_age() -> 
         "My passport expires in 19 days.",
         "I will fly to Denver on Friday.",
         "We ran the half-marathon last Sunday.",
+        "I need to renew the visa by Friday.",
     ], "How many days ago was the half-marathon?")
     assert "Date: 2026-02-10 (Tuesday) [27 days ago]" in text
     assert "(planned for 2026-02-13, 24 days ago: probably happened)" in line_with(text, "fly to Denver on Friday")
@@ -80,6 +81,8 @@ async def test_only_a_passed_plan_is_marked_and_every_date_carries_its_age() -> 
     expiry = line_with(text, "passport expires")
     assert "(meaning 2026-03-01, 8 days ago)" in expiry and "probably" not in expiry
     assert "(meaning 2026-02-08, 29 days ago)" in line_with(text, "half-marathon last Sunday")
+    deadline = line_with(text, "renew the visa by Friday")
+    assert "(meaning 2026-02-13, 24 days ago)" in deadline and "probably" not in deadline
     assert text.count("probably happened") == 1 + READING_RULES.count("probably happened")
     await om.aclose()
 
@@ -90,12 +93,15 @@ async def test_only_a_passed_plan_is_marked_in_a_japanese_log() -> None:
         "金曜日にデンバーへ行きます。",
         "パスポートは明日で期限切れです。",
         "昨日ハーフマラソンを走りました。",
+        "金曜日までにビザを更新します。",
     ], "ハーフマラソンは何日前でしたか？")
     assert "Date: 2026-02-10 (Tuesday) [27 days ago]" in text
     assert "(planned for 2026-02-13, 24 days ago: probably happened)" in line_with(text, "デンバーへ行きます")
     expiry = line_with(text, "期限切れ")
     assert "(meaning 2026-02-11, 26 days ago)" in expiry and "probably" not in expiry
     assert "(meaning 2026-02-09, 28 days ago)" in line_with(text, "ハーフマラソンを走りました")
+    deadline = line_with(text, "ビザを更新します")
+    assert "(meaning 2026-02-13, 24 days ago)" in deadline and "probably" not in deadline
     await om.aclose()
 
 

@@ -50,13 +50,15 @@ def resolve_relative_date(text: str, said_on: date) -> date | None:
 
 _NOT_A_PLAN = re.compile(
     r"[?？]|\b(?:expire[sd]?|expiry|expiration|deadline|due|price[sd]?|costs?|offers?|sale|valid|until|"
-    r"whether|maybe|might|or)\b|期限|締め切り|締切|切れ|値段|料金|価格|セール|かな|かも|まで",
+    r"whether|maybe|might|or|by (?:next |this |the end of )?(?:\w+day|tomorrow|tonight))\b|"
+    r"期限|締め切り|締切|切れ|値段|料金|価格|セール|かな|かも|まで",
     re.IGNORECASE)
 
 
 def is_plan(text: str) -> bool:
     """Whether a statement dated ahead of when it was said is a plan of the user's, as the Observer
-    prompt defines it: not a question, an option weighed, a deadline, an expiry, a price or an offer."""
+    prompt defines it: not a question, an option weighed, a deadline ("by Friday", "までに"), an
+    expiry, a price or an offer."""
     return _NOT_A_PLAN.search(text) is None
 
 
