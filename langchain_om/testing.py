@@ -194,7 +194,7 @@ _IMPORTANT_WORDS = re.compile(
     r"january|february|march|april|may|june|july|august|september|october|november|december)\b",
     re.IGNORECASE,
 )
-_LINE_RE = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2})\] (.*)$")
+_LINE_RE = re.compile(r"^\[(\d{4}-\d{2}-\d{2})(?: [A-Za-z]+)? (\d{2}:\d{2})\] (.*)$")
 _BULLET_TIME_RE = re.compile(r"^\s*[*\-•]\s*(🔴|🟡|🟢)?\s*(?:\((\d{2}:\d{2})\))?\s*(.*)$")
 
 
@@ -261,8 +261,8 @@ class ScriptedObserverModel(_ScriptedBase):
     Observer: one bullet per user message (🔴 when it states a preference, commitment,
     number or date, else 🟡) and one 🟢/🟡 "Assistant ..." bullet per assistant turn, under
     per-day Date headers, with the transcript's times, relative dates resolved at the end
-    of the line ("(meaning 2026-03-13)"), ✅ on what was done, in the conversation's
-    language (English or Japanese). Reflector: dedupes, one Date header per day, every 🔴
+    of the line ("(meaning 2026-02-27)", "(planned for 2026-03-13)" on a plan), ✅ on what was
+    done, in the conversation's language (English or Japanese). Reflector: dedupes, one Date header per day, every 🔴
     note at every level, the newest 🟡 per day, drops 🟢; higher levels drop 🟡 first, then cut
     older days' notes at their tail ("…", never mid-word), and never return a longer log.
     """

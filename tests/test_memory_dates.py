@@ -11,7 +11,7 @@ from om_recording import RecordingModel, observer_reply
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.foundation.context import READING_RULES, render_context
-from langchain_om.foundation.log_dates import PAST_PLAN_NOTE, age_label
+from langchain_om.foundation.log_dates import PAST_PLAN_MARK, age_label
 from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.model_calls.observer import LEFT_OUT_MARKER, build_observer_messages
 from langchain_om.model_calls.reflector import MAX_COMPRESSION_LEVEL, build_reflector_messages
@@ -24,7 +24,7 @@ JST = timezone(timedelta(hours=9))
 
 DAY_ONE = """Date: 2026-03-02 (Monday)
 * 🔴 (19:05) User and partner Sam plan a Japan trip, April 3 to April 13 (meaning 2026-04-03)
-* 🔴 (19:20) User will send the visa form on Wednesday (meaning 2026-03-04)
+* 🔴 (19:20) User will send the visa form on Wednesday (planned for 2026-03-04)
 * 🔴 (19:30) ✅ User booked the ryokan Hanamuki for 2026-03-03"""
 DAY_TWO = """Date: 2026-03-07 (Saturday)
 * 🔴 (10:00) User's budget is now 8,000 CAD (was 9,000 CAD)"""
@@ -38,9 +38,9 @@ def groups() -> list[ObservationGroup]:
 GOLDEN_LOG = """<observations>
 <observation-group id="og_1" range="m1:m4">
 Date: 2026-03-02 (Monday) [7 days ago]
-* 🔴 (19:05) User and partner Sam plan a Japan trip, April 3 to April 13 (meaning 2026-04-03)
-* 🔴 (19:20) User will send the visa form on Wednesday (meaning 2026-03-04) [date passed: probably done]
-* 🔴 (19:30) ✅ User booked the ryokan Hanamuki for 2026-03-03
+* 🔴 (19:05) User and partner Sam plan a Japan trip, April 3 to April 13 (meaning 2026-04-03, in 25 days)
+* 🔴 (19:20) User will send the visa form on Wednesday (planned for 2026-03-04, 5 days ago: probably happened)
+* 🔴 (19:30) ✅ User booked the ryokan Hanamuki for 2026-03-03 [6 days ago]
 </observation-group>
 
 <observation-group id="og_2" range="m5:m6">
@@ -64,18 +64,19 @@ def test_golden_context_for_a_multi_day_log_at_a_fixed_now() -> None:
              text.index("<working-memory>"), text.index("<current-task>"), text.index("<suggested-response>")]
     assert order == sorted(order)
     assert text.startswith(READING_RULES)
-    for rule in ("the newer one holds", "personalise", PAST_PLAN_NOTE, "newest user message decides",
-                 "say so plainly instead of guessing", "<time-gap>", "[5 days later]", "(meaning 2026-03-13)"):
+    for rule in ("the newer one holds", "personalise", PAST_PLAN_MARK, "newest user message decides",
+                 "say so plainly instead of guessing", "<time-gap>", "[5 days later]",
+                 "(meaning 2026-03-13, 4 days ago)"):
         assert rule in text
 
 
 def test_ages_and_gaps() -> None:
     today = date(2026, 3, 9)
     assert [age_label(today - timedelta(days=n), today) for n in (0, 1, 3, 13, 14, 40, 90, 800)] == [
-        "today", "yesterday", "3 days ago", "13 days ago", "2 weeks ago", "5 weeks ago", "3 months ago",
-        "2 years ago"]
+        "today", "yesterday", "3 days ago", "13 days ago", "14 days ago", "40 days ago", "90 days ago",
+        "800 days ago, about 2 years"]
     assert [age_label(today + timedelta(days=n), today) for n in (1, 4, 14)] == ["tomorrow", "in 4 days",
-                                                                                 "in 2 weeks"]
+                                                                                 "in 14 days"]
     # the same date renders the same bytes; the next day changes the ages
     monday = render_context(groups(), current_task=None, suggested_response=None, today=today)
     assert monday == render_context(groups(), current_task=None, suggested_response=None, today=today)
@@ -170,22 +171,22 @@ async def test_the_observer_sees_the_previous_hints_and_the_cut_marker() -> None
 
 
 JAPANESE = Transcript(text=(
-    "[2026-03-02 19:05] User: 来週の金曜日に京都へ行きます。予算は9万円です。\n"
-    "[2026-03-02 19:06] Assistant: 了解しました。嵐山の旅館「花むき」をおすすめします。\n"
-    "[2026-03-02 19:10] User: 花むきを予約しました！"))
+    "[2026-03-02 Monday 19:05] User: 来週の金曜日に京都へ行きます。予算は9万円です。\n"
+    "[2026-03-02 Monday 19:06] Assistant: 了解しました。嵐山の旅館「花むき」をおすすめします。\n"
+    "[2026-03-02 Monday 19:10] User: 花むきを予約しました！"))
 
 
 def test_a_japanese_conversation_is_observed_and_reflected_in_japanese() -> None:
     observer = build_observer_messages(JAPANESE, now=datetime(2026, 3, 2, 19, 10))
     human = str(observer[1].content)
     assert "held in Japanese: write the observations in Japanese" in human
-    english = build_observer_messages(Transcript(text="[2026-03-02 19:05] User: I fly to Kyoto next Friday."))
+    english = build_observer_messages(Transcript(text="[2026-03-02 Monday 19:05] User: I fly to Kyoto next Friday."))
     assert "held in" not in str(english[1].content)
     assert "conversation's own language" in str(observer[0].content)
     # the scripted Observer keeps the language, resolves the date at the line end and marks what was done
     reply = ScriptedObserverModel().invoke(observer)
     log = str(reply.content).split("<observations>\n", 1)[1].split("\n</observations>", 1)[0]
-    assert "ユーザー: 来週の金曜日に京都へ行きます。予算は9万円です。 (meaning 2026-03-06)" in log
+    assert "ユーザー: 来週の金曜日に京都へ行きます。予算は9万円です。 (planned for 2026-03-06)" in log
     assert "✅ ユーザー: 花むきを予約しました！" in log and "アシスタント" in log
     assert "User said" not in log and "Assistant" not in log
     # the Reflector is asked for Japanese at every level, and its scripted stand-in keeps every 🔴 note
@@ -199,12 +200,12 @@ def test_a_japanese_conversation_is_observed_and_reflected_in_japanese() -> None
 
 def test_scripted_observer_dates_relative_expressions_and_marks_done_things() -> None:
     transcript = Transcript(text=(
-        "[2026-03-02 19:05] User: I will send the visa form tomorrow.\n"
-        "[2026-03-02 19:07] User: We ran a 10k 3 days ago.\n"
-        "[2026-03-02 19:09] User: I booked the flights, 3,480 CAD.\n"
-        "[2026-03-02 19:11] User: Have you booked the ryokan?"))
+        "[2026-03-02 Monday 19:05] User: I will send the visa form tomorrow.\n"
+        "[2026-03-02 Monday 19:07] User: We ran a 10k 3 days ago.\n"
+        "[2026-03-02 Monday 19:09] User: I booked the flights, 3,480 CAD.\n"
+        "[2026-03-02 Monday 19:11] User: Have you booked the ryokan?"))
     reply = str(ScriptedObserverModel().invoke(build_observer_messages(transcript)).content)
-    assert "User said: I will send the visa form tomorrow. (meaning 2026-03-03)" in reply
+    assert "User said: I will send the visa form tomorrow. (planned for 2026-03-03)" in reply
     assert "User said: We ran a 10k 3 days ago. (meaning 2026-02-27)" in reply
     assert "✅ User said: I booked the flights, 3,480 CAD." in reply
     assert "✅ User said: Have you booked" not in reply and "User said: Have you booked the ryokan?" in reply
@@ -230,5 +231,5 @@ async def test_the_agent_model_reads_the_date_and_ages_through_create_agent() ->
     assert sum(m.type == "system" for m in model.calls[-1]) == 1
     assert text.startswith("You are a travel assistant.\n\n" + READING_RULES)
     assert "Today is Monday, 2026-03-09." in text and "Date: 2026-03-02 (Monday) [7 days ago]" in text
-    assert "[date passed: probably done]" in text and "2031" not in text
+    assert "(planned for 2026-03-04, 5 days ago: probably happened)" in text and "2031" not in text
     await om.aclose()

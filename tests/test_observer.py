@@ -53,10 +53,10 @@ def test_transcript_text_tool_calls_and_results() -> None:
         (AIMessage("I found three flights.\nThe cheapest is FR9."), at(2)),
     ]
     text = format_transcript(messages, thread_label=None).text.splitlines()
-    assert text[0] == "[2026-12-01 14:05] User: Find me flights to Lisbon"
-    assert text[1] == '[2026-12-01 14:06] Assistant called tool search({"q": "Lisbon flights"})'
-    assert text[2] == "[2026-12-01 14:06] Tool search returned: 3 flights found: TP123, TP456, FR9"
-    assert text[3] == "[2026-12-01 14:07] Assistant: I found three flights."
+    assert text[0] == "[2026-12-01 Tuesday 14:05] User: Find me flights to Lisbon"
+    assert text[1] == '[2026-12-01 Tuesday 14:06] Assistant called tool search({"q": "Lisbon flights"})'
+    assert text[2] == "[2026-12-01 Tuesday 14:06] Tool search returned: 3 flights found: TP123, TP456, FR9"
+    assert text[3] == "[2026-12-01 Tuesday 14:07] Assistant: I found three flights."
     assert text[4] == "  The cheapest is FR9."  # continuation lines are indented
 
 
@@ -65,13 +65,13 @@ def test_transcript_tool_error_and_long_output_truncated() -> None:
         (AIMessage("", tool_calls=[{"name": "fetch", "args": {}, "id": "c1"},
                                    {"name": "read", "args": {}, "id": "c2"}]), at(0)),
         (ToolMessage("timeout", tool_call_id="c1", status="error"), at(0)),
-        (ToolMessage("x" * 10_000, tool_call_id="c2"), at(0)),
+        (ToolMessage("x" * 40_000, tool_call_id="c2"), at(0)),
     ]
-    text = format_transcript(messages).text
+    text = format_transcript(messages).text  # no counter given: about four bytes a token
     assert "Tool fetch failed: timeout" in text
     read_line = next(line for line in text.splitlines() if "Tool read returned" in line)
-    assert len(read_line) < 2_200
-    assert "truncated 8000 more characters" in read_line
+    assert len(read_line) < 20_200
+    assert "[cut at 5000 tokens; 20000 more characters not shown]" in read_line
 
 
 def test_thread_label_header_and_obscured_ids() -> None:
@@ -137,25 +137,26 @@ def test_stored_messages_and_temporal_markers() -> None:
         stored(6, HumanMessage("Hello after the weekend."), at(3000)),
     ]
     lines = format_transcript(rows).text.splitlines()
-    assert lines[0] == "[2026-12-01 14:05] User: Morning! Remind me about the dentist."
+    assert lines[0] == "[2026-12-01 Tuesday 14:05] User: Morning! Remind me about the dentist."
     assert lines[2] == "--- 3 hours later ---"
-    assert lines[3] == "[2026-12-01 17:06] User: Back again."
+    assert lines[3] == "[2026-12-01 Tuesday 17:06] User: Back again."
     assert lines[4] == "--- 2 days later ---"
 
 
 def test_times_are_shown_on_the_clock_of_the_message_timestamp() -> None:
-    """Stored instants are UTC; a message stamped with a local offset is shown on its own clock,
-    so an evening message keeps its date (and "tomorrow" resolves as the user meant it)."""
+    """Stored instants are UTC; a transcript is shown on the conversation's clock, the offset the
+    user's message states, so an evening message keeps its date (and "tomorrow" resolves as the
+    user meant it), and a message without a stamp of its own is shown on the same clock."""
     local = datetime.fromisoformat("2026-03-02T19:05:00-05:00")
     message = HumanMessage("Book dinner for tomorrow.", response_metadata={TIMESTAMP_KEY: local.isoformat()})
     plain = HumanMessage("No timestamp of its own.")
     rows = [stored(1, message, local.astimezone(timezone.utc)), stored(2, plain, at(0))]
     lines = format_transcript(rows).text.splitlines()
-    assert lines[0] == "[2026-03-02 19:05] User: Book dinner for tomorrow."
-    assert lines[1].startswith("[2026-12-01 14:05] User: No timestamp")
-    # a stamp that disagrees with the stored instant is ignored in favour of the store
+    assert lines[0] == "[2026-03-02 Monday 19:05] User: Book dinner for tomorrow."
+    assert lines[1].startswith("[2026-12-01 Tuesday 09:05] User: No timestamp")
+    # a stamp that disagrees with the stored instant is ignored in favour of the store (and its clock)
     wrong = HumanMessage("late import", response_metadata={TIMESTAMP_KEY: "2020-01-01T10:00:00+09:00"})
-    assert format_transcript([stored(3, wrong, at(0))]).text.startswith("[2026-12-01 14:05]")
+    assert format_transcript([stored(3, wrong, at(0))]).text.startswith("[2026-12-01 Tuesday 14:05]")
 
 
 # ------------------------------------------------------------------ prompt

@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, Literal
 
+from ..foundation.clock import on_clock, stamp_zone
 from ..foundation.events import (
     BufferingEndData,
     BufferingEndEvent,
@@ -197,18 +198,35 @@ def _prompt_tokens(core: EngineCore, spec: Any, prompt: Sequence[Any]) -> int:
 
 
 def _newest_moment(core: EngineCore, resource_id: str, batch: Mapping[str, Sequence[StoredMessage]],
-                   clock: datetime) -> datetime:
-    """The Observer's "now": the newest observed message's time on its own clock (as the transcript
-    shows it), or when it was stored if it carries none; the step's clock for an empty batch."""
+                   clock: datetime, zone: tzinfo | None) -> datetime:
+    """The Observer's "now": when the newest observed message was stored, on the conversation's
+    clock (as the transcript shows it); the step's clock for an empty batch."""
     rows = [rows[-1] for rows in batch.values() if rows]
     if not rows:
-        return clock
-    newest = max(rows, key=lambda row: row.created_at)
-    try:
-        own = message_timestamp(core.message_of(resource_id, newest))
-    except ValueError:
-        own = None
-    return own if own is not None and abs((own - newest.created_at).total_seconds()) <= 1 else newest.created_at
+        return on_clock(clock, zone)
+    return on_clock(max(rows, key=lambda row: row.created_at).created_at, zone)
+
+
+def _rows_zone(core: EngineCore, resource_id: str, rows: Sequence[StoredMessage]) -> tzinfo | None:
+    """The zone the rows' own timestamps state (``conversation_zone``: the newest user message's,
+    else the newest message's), read from the newest row back; only messages whose stamp is the
+    stored instant count (time-gap markers and late imports say nothing about the clock)."""
+    fallback: tzinfo | None = None
+    for row in reversed(rows):
+        if row.kind != "message":
+            continue
+        message = core.message_of(resource_id, row)
+        try:
+            own = message_timestamp(message)
+        except ValueError:
+            continue
+        if own is None or abs((own - row.created_at).total_seconds()) > 1:
+            continue
+        zone = stamp_zone(message)
+        if zone is not None and message.type == "human":
+            return zone
+        fallback = fallback or zone
+    return fallback
 
 
 _supports_images = ObjectMemo(model_supports_images)
@@ -225,11 +243,16 @@ async def _call_observer(
     supports_images = _supports_images(spec) is not False  # unknown capability: forward (page)
     texts: list[str] = []
     attachments: list[Any] = []
+    zones: dict[str, tzinfo | None] = {}
     for thread_id, msgs in batch.items():
         label = core.thread_label(thread_id) if (cfg.scope == "resource" or len(batch) > 1) else None
+        zone = _rows_zone(core, step.resource_id, msgs)
+        if zone is None and thread_id == step.thread_id and not any(row.data.get("type") == "human" for row in msgs):
+            zone = _rows_zone(core, step.resource_id, step.arrival_window or ())  # replies only: the user's says
+        zones[thread_id] = zone
         transcript = observer_mod.format_transcript(
             list(msgs), thread_label=label, observe_attachments=cfg.observation.observe_attachments,
-            model_supports_images=supports_images,
+            model_supports_images=supports_images, zone=zone, count_tokens=_piece_counter(core),
         )
         texts.append(transcript.text)
         attachments.extend(transcript.attachments)
@@ -241,7 +264,8 @@ async def _call_observer(
         current_title = thread.title if thread is not None else None
     prompt = observer_mod.build_observer_messages(
         transcript_all, previous_observations=previous_observations(core, record),
-        instruction=cfg.observation.instruction, now=_newest_moment(core, step.resource_id, batch, step.now),
+        instruction=cfg.observation.instruction, now=_newest_moment(core, step.resource_id, batch, step.now,
+                           zones.get(step.thread_id) or next((z for z in zones.values() if z), None)),
         want_thread_title=cfg.observation.thread_title,
         inline_extractors=inline, current_title=current_title,
         previous_task=record.current_task, previous_suggestion=record.suggested_response,

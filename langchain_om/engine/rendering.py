@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from ..foundation.clock import conversation_zone, on_clock
 from ..foundation.context import context_message, render_context, render_log
 from ..foundation.events import OmittedLog, StatusData
 from ..foundation.inputs import Instructions, is_edit_message
@@ -25,7 +26,8 @@ from .state import OMContext, lru_put
 async def abuild_context(core: EngineCore, record: OMRecord, window: Window, resource_id: str, thread_id: str,
                          status: StatusData, *, now: datetime | None = None) -> OMContext:
     """The context for the agent's model; ``now`` is the step's clock (used only when no message
-    in the context carries its own timestamp)."""
+    in the context carries its own timestamp). Today's date is taken on the conversation's clock
+    (``foundation.clock``), the one the transcript dated the log's headers on."""
     static: list[str] = []
     for provider in core.static_section_providers:
         section = await provider(core, record, resource_id, thread_id)
@@ -43,7 +45,7 @@ async def abuild_context(core: EngineCore, record: OMRecord, window: Window, res
         pinned = await _pinned_message(core, record, resource_id, thread_id)
         if pinned is not None:
             messages.insert(0, core.message_of(resource_id, pinned))
-    today = step_date(step_time(messages, now or core._clock()))
+    today = step_date(on_clock(step_time(messages, now or core._clock()), conversation_zone(messages)))
     text = render(core, record, sections, static, today)
     status.omitted = omitted_of(core, record)  # what this context leaves out of the log (log_fit.py)
     system = context_message(text) if text else None

@@ -7,7 +7,9 @@ agent's context, the Observer's transcript (rendered as a ``--- ... ---`` line, 
 observations to when things happened) and recall.
 
 Representation: a ``HumanMessage`` whose whole content is
-``<time-gap>3 hours later: Tue 2 Dec 2026 14:05 UTC</time-gap>``. A ``SystemMessage`` in the
+``<time-gap>3 hours later: Tue 2 Dec 2026 09:05 UTC-05:00</time-gap>``, on the clock of the
+message it announces (the conversation's zone, as every other date OM shows; UTC when that
+message states no zone). A ``SystemMessage`` in the
 middle of a conversation is rejected by several providers (Anthropic, Gemini) and an
 ``AIMessage`` would put words in the assistant's mouth; a user-side note is accepted
 everywhere (consecutive user turns are merged by providers that require alternation).
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from ..foundation.clock import on_clock, stamp_zone, zone_label
 from ..foundation.events import TemporalMarkerData, TemporalMarkerEvent
-from ..foundation.messages import TIMESTAMP_KEY, dump_message
+from ..foundation.messages import TIMESTAMP_KEY, dump_message, load_message
 from ..store.base import NewMessage, record_key
 
 if TYPE_CHECKING:
@@ -47,14 +50,15 @@ def describe_gap(gap: timedelta) -> str:
     return f"{seconds} seconds"
 
 
-def format_moment(moment: datetime) -> str:
-    """``Tue 2 Dec 2026 14:05 UTC`` (always shown in UTC so every reader agrees)."""
-    utc = moment.astimezone(timezone.utc) if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-    return f"{utc:%a} {utc.day} {utc:%b %Y %H:%M} UTC"
+def format_moment(moment: datetime, zone: tzinfo | None = None) -> str:
+    """``Tue 2 Dec 2026 09:05 UTC-05:00``: ``moment`` on the conversation's clock (``zone``; UTC
+    without one), naming that clock."""
+    local = on_clock(moment, zone or timezone.utc)
+    return f"{local:%a} {local.day} {local:%b %Y %H:%M} {zone_label(local)}"
 
 
-def marker_text(gap: timedelta, moment: datetime) -> str:
-    return f"<{MARKER_TAG}>{describe_gap(gap)} later: {format_moment(moment)}</{MARKER_TAG}>"
+def marker_text(gap: timedelta, moment: datetime, zone: tzinfo | None = None) -> str:
+    return f"<{MARKER_TAG}>{describe_gap(gap)} later: {format_moment(moment, zone)}</{MARKER_TAG}>"
 
 
 def marker_id(thread_id: str, message_id: str) -> str:
@@ -77,13 +81,14 @@ def is_marker_message(message: BaseMessage) -> bool:
 
 
 def _marker_row(thread_id: str, before: NewMessage, gap: timedelta) -> NewMessage:
-    text = marker_text(gap, before.created_at)
+    zone = stamp_zone(load_message(before.data))  # the clock of the message the marker announces
+    text = marker_text(gap, before.created_at, zone)
     mid = marker_id(thread_id, before.id)
     message = HumanMessage(
         content=text,
         id=mid,
         additional_kwargs={KIND_KEY: MARKER_KIND},
-        response_metadata={TIMESTAMP_KEY: before.created_at.isoformat()},
+        response_metadata={TIMESTAMP_KEY: on_clock(before.created_at, zone).isoformat()},
     )
     return NewMessage(id=mid, data=dump_message(message), tokens=0, created_at=before.created_at, kind=MARKER_KIND)
 

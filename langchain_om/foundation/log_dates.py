@@ -1,11 +1,15 @@
-"""Dates in the observation log as the agent's model reads them: how old each day is, how long
-the silences between days were, and which planned dates have already passed.
+"""Dates in the observation log as the agent's model reads them: how old each day and each date
+inside a line is, how long the silences between days were, and which plans have passed.
 
-A model cannot answer "how many days ago did I book the ryokan?" from ``Date: 2026-03-02``
-alone: it does not know today's date, and date arithmetic is where models slip. So the
-rendered log carries each day's age relative to the step's date ("3 days ago"), a line such as
-``[5 days later]`` between days far apart, and a mark on lines whose resolved date (the
-Observer writes it at the end of the line) lay ahead when written and is past now.
+A model cannot answer "how many days ago did I run the half-marathon?" from ``Date: 2026-02-08``
+alone: it does not know today's date, and date arithmetic is where models slip. So the rendered
+log carries exact ages in whole days counted from the step's date, on every header, after every
+ISO date inside a line and inside every resolved-date suffix (a rough month or year count is
+added past ``EXACT_DAYS``). Weekdays on headers are computed from the date, never copied from a
+model. A plan is known by its suffix, ``(planned for 2026-02-13)``, which the Observer writes in
+every language (full-width parentheses too); only such a suffix whose date has passed gets the
+"probably happened" mark. A deadline, an expiry or an offer passing proves nothing, so nothing
+else is marked.
 
 Everything here depends on the *date* of "now", never its time: within one day every render is
 byte-identical, so consecutive prompts share their prefix (provider prompt caches).
@@ -16,11 +20,21 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timezone
 
-_HEADER_DATE = re.compile(r"^\s*(?:#+\s*|\*\*)?Date:\s*(\d{4})-(\d{2})-(\d{2})\b", re.IGNORECASE)
-_ISO_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_HEADER = re.compile(
+    r"^(\s*(?:#+\s*|\*\*)?Date:\s*)(\d{4})-(\d{2})-(\d{2})(?!\d)[ \t]*(?:\([^()\n]{0,24}\)|（[^（）\n]{0,24}）)?(.*)$",
+    re.IGNORECASE)
+_SUFFIX = re.compile(r"([(（])[ \t]*(meaning|planned for)[ \t]+(\d{4})-(\d{2})-(\d{2})(?!\d)[ \t]*([)）])",
+                     re.IGNORECASE)
+_ISO_DATE = re.compile(  # a date standing alone: not part of a file name, an id, a URL or a timestamp
+    r"(?<![0-9A-Za-z_\-/.])(\d{4})-(\d{2})-(\d{2})(?![0-9A-Za-z_\-/:]|\.[0-9A-Za-z])")
 DONE_MARK = "✅"
-PAST_PLAN_NOTE = "[date passed: probably done]"
-"""Appended to a line whose planned date has passed (the reading rules explain it)."""
+PLAN_SUFFIX = "planned for"
+"""The words that open the suffix the Observer writes after a plan's date: ``(planned for 2026-02-13)``."""
+PAST_PLAN_MARK = "probably happened"
+"""Added inside a plan's suffix once its date has passed (the reading rules explain it)."""
+EXACT_DAYS = 90
+"""Up to this many days an age is a day count only; beyond it a rough month/year count is added."""
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
 def step_date(moment: datetime) -> date:
@@ -28,30 +42,28 @@ def step_date(moment: datetime) -> date:
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).date()
 
 
-def _date_of(match: re.Match[str]) -> date | None:
+def _date(year: str, month: str, day: str) -> date | None:
     try:
-        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+        return date(int(year), int(month), int(day))
     except ValueError:
         return None
 
 
-def _count(n: int, unit: str) -> str:
-    return f"{n} {unit}{'' if n == 1 else 's'}"
+def _days(n: int) -> str:
+    return f"{n} day{'' if n == 1 else 's'}"
 
 
-def _span(days: int) -> str:
-    """A rounded-down span for a positive number of days: "5 days", "2 weeks", "3 months", "1 year"."""
-    if days < 14:
-        return _count(days, "day")
-    if days < 60:
-        return _count(days // 7, "week")
-    if days < 730:
-        return _count(days // 30, "month")
-    return _count(days // 365, "year")
+def _rough(n: int) -> str:
+    """A rough size for more than ``EXACT_DAYS`` days: "about 4 months", "about 2 years"."""
+    if n < 365:
+        return f"about {n // 30} months"
+    years = n // 365
+    return f"about {years} year{'' if years == 1 else 's'}"
 
 
 def age_label(day: date, today: date) -> str:
-    """How far ``day`` is from ``today``: "today", "yesterday", "3 days ago", "in 2 weeks"."""
+    """How far ``day`` is from ``today`` in whole days: "today", "yesterday", "29 days ago",
+    "in 4 days"; past ``EXACT_DAYS`` days a rough size follows: "142 days ago, about 4 months"."""
     delta = (today - day).days
     if delta == 0:
         return "today"
@@ -59,23 +71,61 @@ def age_label(day: date, today: date) -> str:
         return "yesterday"
     if delta == -1:
         return "tomorrow"
-    return f"{_span(delta)} ago" if delta > 0 else f"in {_span(-delta)}"
+    label = f"{_days(delta)} ago" if delta > 0 else f"in {_days(-delta)}"
+    return label if abs(delta) <= EXACT_DAYS else f"{label}, {_rough(abs(delta))}"
 
 
 def gap_line(previous: date, day: date) -> str | None:
     """``[5 days later]`` between two consecutive dates of the log, or None when they are adjacent."""
     days = (day - previous).days
-    return f"[{_span(days)} later]" if days >= 2 else None
+    if days < 2:
+        return None
+    return f"[{_days(days)} later]" if days <= EXACT_DAYS else f"[{_days(days)} later, {_rough(days)}]"
 
 
-def _planned_date(line: str, written: date) -> date | None:
-    """The last date on the line when it lay ahead of the day it was written on (a plan or deadline)."""
-    matches = list(_ISO_DATE.finditer(line))
-    for match in reversed(matches):
-        planned = _date_of(match)
-        if planned is not None:
-            return planned if planned > written else None
-    return None
+def _header(line: str, today: date) -> tuple[str, date] | None:
+    """A ``Date:`` header rewritten with the weekday of its date and its age (the model's own
+    weekday, right or wrong, is replaced), and its date; None for any other line."""
+    match = _HEADER.match(line)
+    if match is None:
+        return None
+    day = _date(match.group(2), match.group(3), match.group(4))
+    if day is None:
+        return None
+    rest = match.group(5).rstrip()
+    return f"{match.group(1)}{day.isoformat()} ({_WEEKDAYS[day.weekday()]}){rest} [{age_label(day, today)}]", day
+
+
+def _annotate_line(line: str, today: date) -> str:
+    """Ages inside a note: in each resolved-date suffix ("(meaning 2026-02-08, 29 days ago)"), a
+    passed plan's mark ("(planned for 2026-02-13, 24 days ago: probably happened)", not on ✅
+    lines), and "[N days ago]" after any other ISO date."""
+    done = DONE_MARK in line
+    pieces: list[str] = []
+    position = 0
+    for match in _SUFFIX.finditer(line):
+        pieces.append(_annotate_bare(line[position:match.start()], today))
+        day = _date(match.group(3), match.group(4), match.group(5))
+        if day is None:
+            pieces.append(match.group(0))
+        else:
+            opening, closing = match.group(1), match.group(6)
+            kind = match.group(2).lower()
+            note = f"{kind} {day.isoformat()}, {age_label(day, today)}"
+            if kind == PLAN_SUFFIX and day < today and not done:
+                note += f": {PAST_PLAN_MARK}"
+            pieces.append(f"{opening}{note}{closing}")
+        position = match.end()
+    pieces.append(_annotate_bare(line[position:], today))
+    return "".join(pieces)
+
+
+def _annotate_bare(text: str, today: date) -> str:
+    def age(match: re.Match[str]) -> str:
+        day = _date(match.group(1), match.group(2), match.group(3))
+        return match.group(0) if day is None else f"{match.group(0)} [{age_label(day, today)}]"
+
+    return _ISO_DATE.sub(age, text) if "-" in text else text
 
 
 class LogDating:
@@ -87,28 +137,25 @@ class LogDating:
         self.previous: date | None = None
 
     def annotate(self, text: str) -> str:
-        """``text`` with ages on its Date headers, gap lines before them and past-plan marks."""
+        """``text`` with computed weekdays and ages on its Date headers, gap lines before them and
+        ages (and passed-plan marks) on the dates inside its notes."""
         out: list[str] = []
-        written: date | None = None
         for line in text.split("\n"):
-            header = _HEADER_DATE.match(line)
+            header = _header(line, self.today) if "date:" in line.lower() else None
             if header is not None:
-                day = _date_of(header)
-                if day is not None:
-                    gap = gap_line(self.previous, day) if self.previous is not None else None
-                    if gap is not None:
-                        out.append(gap)
-                    self.previous = written = day
-                    out.append(f"{line.rstrip()} [{age_label(day, self.today)}]")
-                    continue
-            if written is not None and DONE_MARK not in line and line.strip():
-                planned = _planned_date(line, written)
-                if planned is not None and planned < self.today:
-                    line = f"{line.rstrip()} {PAST_PLAN_NOTE}"
-            out.append(line)
+                rendered, day = header
+                gap = gap_line(self.previous, day) if self.previous is not None else None
+                if gap is not None:
+                    out.append(gap)
+                self.previous = day
+                out.append(rendered)
+                continue
+            out.append(_annotate_line(line, self.today) if line.strip() else line)
         return "\n".join(out)
 
 
-def today_line(today: date) -> str:
-    """The sentence that states the step's date, right before the log (it changes once a day)."""
-    return f"Today is {today:%A}, {today.isoformat()}. Ages in the log count from this date."
+def today_line(today: date, *, has_log: bool = True) -> str:
+    """The sentence that states the step's date, right before the log (it changes once a day);
+    the note on ages only when there is a log to count them in."""
+    sentence = f"Today is {_WEEKDAYS[today.weekday()]}, {today.isoformat()}."
+    return f"{sentence} Ages in the log count whole days from this date." if has_log else sentence

@@ -4,7 +4,8 @@ The scripted Reflector (``langchain_om.testing``) shortens a note only by cuttin
 words it keeps are the note's own first words, in order, followed by "…". A cut never falls inside
 a word (English) and, in text written without spaces (Japanese), falls after 、or 。 when one is
 near the limit, else at a character. An absolute date the Observer put at the line's end
-("(meaning 2026-03-03)") is kept after the cut, since it is what questions about time ask for.
+("(meaning 2026-03-03)", "(planned for 2026-03-13)") is kept after the cut, since it is what
+questions about time ask for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 Note = tuple[str, str, str]
 """``(mark, time, text)`` of one bullet: ``("🔴", "09:00", "User said: ...")``."""
 
-_MEANING = re.compile(r"\s*\(meaning \d{4}-\d{2}-\d{2}\)$")
+_MEANING = re.compile(r"\s*[(（](?:meaning|planned for) \d{4}-\d{2}-\d{2}[)）]$")
 _CJK_STOPS = "、。，．！？!?）」』"
 _TRIM = " ,;:、，"
 
@@ -23,7 +24,8 @@ def cut_text(text: str, limit: int) -> str:
     """``text`` on one line, at most about ``limit`` characters, cut at a word or clause boundary.
 
     Returns ``text`` (whitespace flattened) when it already fits; otherwise its first words
-    followed by "…". A trailing "(meaning YYYY-MM-DD)" stays after the "…" (and does not count)."""
+    followed by "…". A trailing "(meaning YYYY-MM-DD)" or "(planned for YYYY-MM-DD)" stays after the "…" (and
+    does not count)."""
     flat = " ".join(text.split())
     meaning = _MEANING.search(flat)
     body = flat[: meaning.start()] if meaning else flat

@@ -74,12 +74,17 @@ What to keep
   not "considered", "around 40" is not "40".
 
 Dates
-- Each message carries its time. Resolve every relative expression, past or future ("last
-  Tuesday", "tomorrow", "in three weeks", "next spring") against the time of the message it
-  appears in, and put the absolute date at the end of the line: "User will fly to Osaka next
-  Friday (meaning 2026-03-13)", "User ran a half marathon two weeks ago (meaning 2026-02-15)",
-  "(estimated March 2026)" when only the month is clear. Leave vague ones ("some day", "a while
-  ago") undated. One event per line, so every date belongs to one event.
+- Each message carries its date, weekday and time. Resolve every relative expression, past or
+  future ("last Tuesday", "tomorrow", "in three weeks", "next spring") against the message it
+  appears in, and put the absolute date at the end of the line: "User ran a half marathon two
+  weeks ago (meaning 2026-02-15)", "(estimated March 2026)" when only the month is clear. Leave
+  vague ones ("some day", "a while ago") undated. One event per line, so every date belongs to
+  one event.
+- A plan, intention or appointment of the user's (something the user means to do or attend on
+  a day) ends with "(planned for <date>)" instead: "User will fly to Osaka next Friday (planned
+  for 2026-03-13)", "User sees the dentist on 2026-03-20 (planned for 2026-03-20)". Nothing
+  else gets it: a question, an option the user did not take, a deadline, an expiry date, a
+  price or an offer keeps "(meaning <date>)" or its plain date.
 - Mark what was completed with ✅: "✅ User booked the ryokan in Hakone for 2026-04-08".
 - Lines such as "--- 3 hours later ---" or <time-gap> notes show time passing; use them to date events.
 
@@ -105,10 +110,13 @@ How the log is written (the Observer's conventions, shared by every line of it)
 - ✅ at the start of the text marks something completed; a plan stays a plan until it happened.
 - "User ..." for the user's side, "Assistant ..." for the assistant's.
 - Relative dates are resolved at the end of the line: "(meaning 2026-03-13)", "(estimated March
-  2026)"; a changed value names the one it replaced: "(was 3,000 EUR)".
+  2026)"; a plan or appointment of the user's ends "(planned for 2026-03-13)"; a changed value
+  names the one it replaced: "(was 3,000 EUR)".
 - Written in the conversation's own language: a conversation held in Japanese is observed in
-  Japanese, one in English in English (only the header word "Date:" and the marks stay as
-  shown). Names, places and titles are never translated; they are copied as written.
+  Japanese, one in English in English. In every language the header word "Date:", the marks,
+  dates written as YYYY-MM-DD and the suffixes "(meaning YYYY-MM-DD)" and "(planned for
+  YYYY-MM-DD)" stay exactly as shown; the rest of the line is in the conversation's language.
+  Names, places and titles are never translated; they are copied as written.
 """
 
 _OBSERVER_FORMAT = """\

@@ -48,12 +48,30 @@ def resolve_relative_date(text: str, said_on: date) -> date | None:
     return None
 
 
+_NOT_A_PLAN = re.compile(
+    r"[?？]|\b(?:expire[sd]?|expiry|expiration|deadline|due|price[sd]?|costs?|offers?|sale|valid|until|"
+    r"whether|maybe|might|or|by (?:next |this |the end of )?(?:\w+day|tomorrow|tonight))\b|"
+    r"期限|締め切り|締切|切れ|値段|料金|価格|セール|かな|かも|まで",
+    re.IGNORECASE)
+
+
+def is_plan(text: str) -> bool:
+    """Whether a statement dated ahead of when it was said is a plan of the user's, as the Observer
+    prompt defines it: not a question, an option weighed, a deadline ("by Friday", "までに"), an
+    expiry, a price or an offer."""
+    return _NOT_A_PLAN.search(text) is None
+
+
 def with_absolute_date(text: str, day: str) -> str:
     """``text`` (said on ``day``, ISO) with the date its relative expression means at the end, as
-    the Observer prompt asks: "... tomorrow. (meaning 2026-03-03)"; unchanged when there is none."""
+    the Observer prompt asks: "... tomorrow. (planned for 2026-03-03)" for a plan of the user's,
+    "(meaning 2026-02-27)" for anything else; unchanged when there is none."""
     try:
         said_on = datetime.strptime(day, "%Y-%m-%d").date()
     except ValueError:
         return text
     resolved = resolve_relative_date(text, said_on)
-    return f"{text} (meaning {resolved.isoformat()})" if resolved is not None else text
+    if resolved is None:
+        return text
+    kind = "planned for" if resolved > said_on and is_plan(text) else "meaning"
+    return f"{text} ({kind} {resolved.isoformat()})"

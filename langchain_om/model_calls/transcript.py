@@ -1,15 +1,17 @@
 """The transcript the Observer reads: each message as a dated, plain-text line (tool calls and
-results shortened, attachments forwarded or named), grouped by thread when several threads go
-to one call. Everything a model needs to resolve "next Friday" or "yesterday", the timestamp of
-each message, is written into every line."""
+results capped in tokens, attachments forwarded or named), grouped by thread when several
+threads go to one call. Everything a model needs to resolve "next Friday" or "last Tuesday", the
+date, weekday and time of each message, is written into every line, all on one clock: the
+conversation's zone (``foundation.clock``), so a reply stamped in UTC is dated on the user's
+calendar like the question before it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from langchain_core.messages import (
@@ -22,14 +24,18 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
+from ..foundation.clock import conversation_zone, on_clock
 from ..foundation.messages import message_timestamp
 from ..store.base import StoredMessage
 
 AttachmentPolicy = bool | Literal["auto"] | list[str]
 TranscriptInput = StoredMessage | tuple[BaseMessage, datetime]
 
-MAX_TOOL_OUTPUT_CHARS = 2000
-MAX_TOOL_ARGS_CHARS = 600
+MAX_TOOL_OUTPUT_TOKENS = 5000
+"""A tool result reaches the Observer cut to this many tokens (a page of search hits fits)."""
+MAX_TOOL_ARGS_TOKENS = 2000
+"""A tool call's arguments reach the Observer cut to this many tokens."""
+_CHARS_PER_TOKEN_BOUND = 16  # a prefix this many characters per token is always enough to hold the cap
 
 
 @dataclass
@@ -49,23 +55,23 @@ def thread_label(thread_id: str, obscure: bool) -> str:
     return "thread-" + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:10]
 
 
-def _local_moment(message: BaseMessage, stored: datetime) -> datetime:
-    """The stored instant on the clock of the message's own timestamp: a message stamped
-    ``19:05-05:00`` is shown as 19:05 on its local date, not 00:05 UTC the next day, so the
-    Observer dates it (and resolves "tomorrow") as the user lived it."""
+def _own_stamp_agrees(message: BaseMessage, stored: datetime) -> bool:
+    """Whether the message's own timestamp is the stored instant (an imported message whose stamp
+    disagrees with when it was stored says nothing about the conversation's clock)."""
     try:
         own = message_timestamp(message)
     except ValueError:
-        return stored
-    if own is None or own.utcoffset() is None:
-        return stored
-    if abs((own - stored).total_seconds()) > 1:
-        return stored
-    return stored.astimezone(own.tzinfo)
+        return False
+    return own is not None and abs((own - stored).total_seconds()) <= 1
 
 
 def _fmt_time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M")
+    """``2026-03-09 Monday 14:05``: the weekday is written out, so "last Tuesday" said on an earlier
+    day is resolved from the line itself."""
+    return moment.strftime("%Y-%m-%d ") + _WEEKDAYS[moment.weekday()] + moment.strftime(" %H:%M")
+
+
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
 def _human_gap(delta: timedelta) -> str:
@@ -218,22 +224,40 @@ def _indent_continuation(text: str) -> str:
     return "\n".join([lines[0], *("  " + line for line in lines[1:])]) if lines else ""
 
 
-def _truncate(text: str, limit: int) -> str:
-    if len(text) <= limit:
+def _estimate_tokens(text: str) -> int:
+    """A cheap upper-leaning estimate when no counter is given (about four bytes a token)."""
+    return (len(text.encode("utf-8", "surrogatepass")) + 3) // 4
+
+
+def _cap_tokens(text: str, limit: int, count: Callable[[str], int]) -> str:
+    """``text`` cut to at most ``limit`` tokens (the longest prefix that fits, found by halving),
+    with a note saying how much was left out; unchanged when it fits. A character is at most four
+    UTF-8 bytes and a token at least one byte, so a short text is never counted."""
+    if len(text) * 4 <= limit or (len(text) <= limit * _CHARS_PER_TOKEN_BOUND and count(text) <= limit):
         return text
-    return text[:limit].rstrip() + f" … [truncated {len(text) - limit} more characters]"
+    low, high = 0, min(len(text), limit * _CHARS_PER_TOKEN_BOUND)
+    while low < high:  # the longest prefix of at most ``limit`` tokens
+        middle = (low + high + 1) // 2
+        if count(text[:middle]) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    kept = text[:low].rstrip()
+    return kept + f" … [cut at {limit} tokens; {len(text) - len(kept)} more characters not shown]"
 
 
-def _tool_args(args: Any) -> str:
+def _tool_args(args: Any, count: Callable[[str], int]) -> str:
     try:
         rendered = json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
     except (TypeError, ValueError):
         rendered = str(args)
-    return _truncate(rendered, MAX_TOOL_ARGS_CHARS)
+    return _cap_tokens(rendered, MAX_TOOL_ARGS_TOKENS, count)
 
 
-def _as_pairs(messages: Sequence[TranscriptInput]) -> list[tuple[BaseMessage | None, datetime, str | None]]:
-    """(message, time, marker text) per entry; temporal markers have no message."""
+def _as_pairs(messages: Sequence[TranscriptInput], zone: tzinfo | Literal["auto"] | None
+              ) -> list[tuple[BaseMessage | None, datetime, str | None]]:
+    """(message, time, marker text) per entry, every time on the conversation's clock (``zone``,
+    or with "auto" the zone the transcript's own messages state); temporal markers have no message."""
     pairs: list[tuple[BaseMessage | None, datetime, str | None]] = []
     for item in messages:
         if isinstance(item, StoredMessage):
@@ -247,11 +271,13 @@ def _as_pairs(messages: Sequence[TranscriptInput]) -> list[tuple[BaseMessage | N
                 pairs.append((None, item.created_at, text.strip()))
                 continue
             message = messages_from_dict([item.data])[0]
-            pairs.append((message, _local_moment(message, item.created_at), None))
+            pairs.append((message, item.created_at, None))
         else:
             message, moment = item
             pairs.append((message, moment, None))
-    return pairs
+    if zone == "auto":
+        zone = conversation_zone([m for m, moment, _ in pairs if m is not None and _own_stamp_agrees(m, moment)])
+    return [(message, on_clock(moment, zone), marker) for message, moment, marker in pairs]
 
 
 def format_transcript(
@@ -260,15 +286,21 @@ def format_transcript(
     thread_label: str | None = None,
     observe_attachments: AttachmentPolicy = True,
     model_supports_images: bool = True,
+    zone: tzinfo | Literal["auto"] | None = "auto",
+    count_tokens: Callable[[str], int] | None = None,
 ) -> Transcript:
-    """Render messages as timestamped transcript lines; collect the image blocks the policy forwards."""
+    """Render messages as timestamped transcript lines; collect the image blocks the policy forwards.
+
+    ``zone`` is the conversation's clock (the engine passes the one the thread's messages state);
+    ``count_tokens`` measures the caps on tool results and arguments (a byte estimate without it)."""
+    count = count_tokens or _estimate_tokens
     renderer = _Renderer(observe_attachments, model_supports_images)
     lines: list[str] = []
     if thread_label:
         lines.append(f"=== Thread {thread_label} ===")
     tool_names: dict[str, str] = {}
     previous_time: datetime | None = None
-    pairs = _as_pairs(messages)
+    pairs = _as_pairs(messages, zone)
     for index, (message, moment, marker) in enumerate(pairs):
         if message is None:
             following = next((m for msg, m, _ in pairs[index + 1:] if msg is not None), moment)
@@ -289,10 +321,10 @@ def format_transcript(
             for call in message.tool_calls:
                 if call.get("id"):
                     tool_names[str(call["id"])] = call["name"]
-                lines.append(f"{stamp} Assistant called tool {call['name']}({_tool_args(call.get('args', {}))})")
+                lines.append(f"{stamp} Assistant called tool {call['name']}({_tool_args(call.get('args', {}), count)})")
         elif isinstance(message, ToolMessage):
             name = message.name or tool_names.get(message.tool_call_id, "tool")
-            text = _truncate(renderer.content_text(message.content).strip(), MAX_TOOL_OUTPUT_CHARS)
+            text = _cap_tokens(renderer.content_text(message.content).strip(), MAX_TOOL_OUTPUT_TOKENS, count)
             verb = "failed" if getattr(message, "status", "success") == "error" else "returned"
             lines.append(f"{stamp} Tool {name} {verb}: {_indent_continuation(text) or '(empty)'}")
         elif isinstance(message, HumanMessage):

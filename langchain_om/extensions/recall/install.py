@@ -49,7 +49,8 @@ def retrieval_instructions(om: MemoryHost) -> str:
         "Your memory is a summary; a `recall` tool reads the original messages behind it. Use it when "
         "the answer needs more than the summary holds: the exact wording of something said, exact "
         "numbers, dates or names, a list or recommendation you gave earlier (to repeat it item by "
-        "item), or a detail you want to check before relying on it. "
+        "item), or a detail you want to check before relying on it. When in doubt about an exact detail, "
+        "recall it rather than answer from the summary. "
         "Before you say something is unknown or was never mentioned, look for it with recall first.",
         'Each observation group shows range="startId:endId". Call recall with cursor set to ONE id of '
         "that range: the start id with page=1 reads forward, the end id with page=-1 reads backward. "
