@@ -244,7 +244,7 @@ async def _call_observer(
     input_tokens = _prompt_tokens(core, spec, prompt)
     call, parsed = await acall_observer(  # a looping reply is refused and asked for once more (replies.py)
         spec if spec is not None else "default", prompt, inline_slugs=[spec_.slug for spec_ in inline],
-        input_tokens=input_tokens,
+        input_tokens=input_tokens, count_tokens=core.counter.count_text,
         context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                  "input_tokens": input_tokens, "memory": core, "role": "observer"},
         **_call_settings(core, "observation"),
@@ -307,7 +307,7 @@ async def arun_reflector(
         try:
             call, parsed = await acall_reflector(  # a looping reply: asked once more, then OMModelError
                 spec if spec is not None else "default", prompt, inline_slugs=[s.slug for s in inline],
-                input_tokens=input_tokens,
+                input_tokens=input_tokens, count_tokens=core.counter.count_text,
                 context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                          "input_tokens": input_tokens, "memory": core, "role": "reflector"},
                 **_call_settings(core, "reflection"),
