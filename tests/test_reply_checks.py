@@ -102,6 +102,23 @@ async def test_the_transcript_echo_is_named_as_such() -> None:
     assert "transcript echoed back" in error and "[2026-03-02 19:27] User: Hi!" in error
 
 
+async def test_the_agents_part_played_is_refused_tagged_or_not() -> None:
+    """The 0.5B model answered as the assistant ("Sure, I'd be happy to help ... 1. **Create a
+    Calendar**"); its numbered lines look like bullets to the parser."""
+    played = RECORDED["agent_roleplay"]["reply"]
+    for reply in (played, f"<observations>\n{played}\n</observations>"):
+        observer = ScriptedChatModel(responses=[reply])
+        om = make_om(observer)
+        events = await observe_once(om, demo_start())
+        assert len(observer.calls) == 2 and (await om.aget_record("t1")).groups == []
+        error = of(events, "data-om-observation-failed")[0].data.error
+        assert "the assistant's part played" in error or "not observation lines" in error
+    observer = ScriptedChatModel(responses=["もちろんです！旅行の計画をお手伝いします。まずは予算を決めましょう。"])
+    om = make_om(observer)
+    events = await observe_once(om, japanese_start())
+    assert "the assistant's part played" in of(events, "data-om-observation-failed")[0].data.error
+
+
 async def test_a_recorded_refusal_is_retried_and_the_good_second_reply_observed() -> None:
     for name in ("refusal", "greeting", "transcript_echo"):
         observer = ScriptedChatModel(responses=[RECORDED[name]["reply"], GOOD])

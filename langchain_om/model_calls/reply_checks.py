@@ -2,14 +2,16 @@
 
 Parsing (``reply_parsing``) is tolerant about the envelope: tags, fences, chatter. This module
 judges the content: is it observations at all? A small model given OM's prompt may answer with a
-refusal, a greeting, the transcript copied back with its stamps, the prompt's own instructions
-or template, or a log whose header has a shape of its own (``Date: 2026-03-02, Time: 19:27``).
-What the repair makes certain is repaired (a header with an ISO date gets the standard shape
-and a computed weekday; a bullet without a priority mark gets 🟡, the neutral mark; a log with
-no header at all, observing a transcript of one day, gets that day's header); everything else
-raises ``UnusableReply``, which ``replies`` treats like a loop: asked for once more, then
-refused under the failure policy. Nothing here guesses: a line that is not certainly an
-observation is never stored as one.
+refusal, a greeting, the assistant's part played ("Sure, I'd be happy to help ..."), the
+transcript copied back with its stamps, the prompt's own instructions or template, or a log
+whose header has a shape of its own (``Date: 2026-03-02, Time: 19:27``).
+
+What the repair makes certain is repaired: a header with an ISO date gets the standard shape and
+a computed weekday; a bullet without a priority mark that is shaped like a note (opening with its
+time, ✅ or its subject) gets 🟡, the neutral mark; a tagged log with no header at all, observing
+a transcript of one day, gets that day's header. Everything else raises ``UnusableReply``, which
+``replies`` treats like a loop: asked for once more, then refused under the failure policy.
+Nothing here guesses: a line that is not certainly an observation is never stored as one.
 
 The continuation hints (current task, suggested response, thread title) are dropped, not
 refused, when they are a refusal or the prompt's own instruction copied back: the observations
@@ -50,10 +52,12 @@ NEUTRAL_MARK = "🟡"
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 _HEADER = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE)
+_HEADER_ANYWHERE = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE | re.MULTILINE)
 _HEADER_DATE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})")
 _STAMP = re.compile(r"^\s*(?:[*\-•]\s*)?\[\s*(\d{4}-\d{2}-\d{2})[ T]\d{1,2}:\d{2}(?::\d{2})?[^\]]*\]")
 _TRANSCRIPT_STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}\]", re.MULTILINE)
 _THREAD_LINE = re.compile(r"^\s*===\s*Thread\b.*===\s*$")
+_MARKUP_ONLY = re.compile(r"^\s*(?:<[^<>\n]*>\s*)+$")
 _BULLET = re.compile(r"^(\s*)(?:[*\-•]|\d+[.)])\s+(.*)$")
 _BARE_MARK = re.compile(r"^(\s*)([🔴🟡🟢])\s*(.*)$")
 _REFUSAL = re.compile(
@@ -68,6 +72,14 @@ _GREETING = re.compile(
     r"ありがとう(?:ございます)?|了解(?:です|しました)?|さようなら)\b[\s!.。！,、]*",
     re.IGNORECASE,
 )
+_ROLE_PLAY = re.compile(
+    r"^(?:(?:sure|certainly|of course|absolutely|great|got it|happy to|i(?:'|’)d be happy|i would be happy|"
+    r"i(?:'|’)ll|let(?:'|’)s|here(?:'|’)s how)\b|もちろん|承知しました|かしこまりました|喜んで)",
+    re.IGNORECASE,
+)
+_NOTE_SHAPE = re.compile(r"^(?:\(\d{1,2}:\d{2}\)|✅|(?:User|Assistant|ユーザー|アシスタント)\b)", re.IGNORECASE)
+"""How an unmarked bullet must begin to be certainly a note: the note's time, the done mark or its
+subject (a role-play list such as "1. Create a calendar" has none of them)."""
 _NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 _TIME_PREFIX = re.compile(r"^\s*(?:[*\-•]\s*)?(?:[🔴🟡🟢]\s*)?(?:\(\d{1,2}:\d{2}\)\s*)?")
 _NAME = re.compile(r"(?<![\w])[A-Z][\w'’-]+|[\u30a0-\u30ff]{2,}|[\u4e00-\u9fff]{2,}")
@@ -90,6 +102,8 @@ def describe_unusable(text: str) -> str | None:
         return f"a refusal, not observations ({quote!r})"
     if flat and _GREETING.fullmatch(flat):
         return f"a greeting, not observations ({quote!r})"
+    if _ROLE_PLAY.match(flat) and not _HEADER_ANYWHERE.search(text):
+        return f"the assistant's part played, not observations ({quote!r})"
     return None
 
 
@@ -165,6 +179,8 @@ def check_observations(
             kept.append("")
             after_note = False
             continue
+        if _MARKUP_ONLY.match(line):
+            continue  # a stray tag of the reply's envelope, not a note
         if _THREAD_LINE.match(line):
             kept.append(line.strip())
             after_note = False
@@ -187,6 +203,9 @@ def check_observations(
             continue
         bullet = _BULLET.match(line)
         bare = _BARE_MARK.match(line)
+        if bare is None and bullet is not None and not bullet.group(2).lstrip().startswith(MARKS) \
+                and not _NOTE_SHAPE.match(bullet.group(2).lstrip()):
+            bullet = None  # not a note for certain: a list item of the model's own
         if bullet is None and bare is None:
             if after_note:
                 kept.append(line)  # the continuation of a note
@@ -218,7 +237,8 @@ def check_observations(
         raise UnusableReply(f"{len(headerless)} lines without a resolved 'Date:' header (such as "
                             f"{_quote(headerless[0])!r})")
     if prose:
-        raise UnusableReply(f"{len(prose)} lines that are not observation lines (such as {_quote(prose[0])!r})")
+        raise UnusableReply(f"{len(prose)} lines that are not observation lines, without a priority mark "
+                            f"(such as {_quote(prose[0])!r})")
     text = _tidy(kept)
     if not any(_BULLET.match(line) for line in text.splitlines()):
         raise UnusableReply("no observation lines" + (" (only OM's own instructions copied back)" if dropped else ""))
