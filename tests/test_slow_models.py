@@ -231,3 +231,30 @@ async def test_om_warns_once_when_a_models_context_is_smaller_than_its_prompt(ca
         for history in conversation(10):
             await make_om(roomy).aprocess("t2", history)
     assert not [r for r in caplog.records if "context (" in r.getMessage()]
+
+
+class SharedLocalModel(LocalLikeModel):
+    """One local model object as agent (through create_agent, so bound with tools) and Observer."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(**kwargs)
+
+
+async def test_one_local_model_as_agent_and_background_observer_is_never_run_twice_at_once() -> None:
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_om import ObservationalMemoryMiddleware
+
+    model = SharedLocalModel(reply=OBSERVATION, token_s=0.002)
+    om = ObservationalMemory(InMemoryStore(), model=model, token_counter="estimator",
+                             observation={"message_tokens": 400, "buffer_tokens": 80},
+                             reflection={"observation_tokens": 50_000})
+    agent = create_agent(model, [], middleware=[ObservationalMemoryMiddleware(om)], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "shared"}}
+    for turn in range(10):
+        await agent.ainvoke({"messages": [HumanMessage(f"turn {turn}: " + "details of my plan " * 20)]}, config)
+    await om.await_background()
+    assert model.calls > 10, "the agent and the background Observer both ran"
+    assert model.most_at_once == 1
+    om.close()

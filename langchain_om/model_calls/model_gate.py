@@ -16,8 +16,9 @@ once) or waited minutes for it. So OM runs such a model's calls itself:
   stops at its next token and frees the gate; a model that cannot stream finishes its call,
   then frees the gate, and a call queued behind it that timed out meanwhile never starts.
 
-``gate_of(model)`` is the same gate the agent's own calls can take (the middleware does), so an
-agent and an Observer sharing one local model are never run at once either.
+``held(model)`` / ``aheld(model)`` take the same gate around the agent's own calls
+(``ObservationalMemoryMiddleware`` does, ``bind_tools`` wrappers looked through), so an agent and
+an Observer sharing one local model object are never run at once either.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from weakref import WeakKeyDictionary
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 
-__all__ = ["CONCURRENCY_KEY", "concurrency_limit", "gate_of", "has_async_path", "held", "invoke_gated"]
+__all__ = ["CONCURRENCY_KEY", "aheld", "concurrency_limit", "gate_of", "has_async_path", "held", "invoke_gated"]
 
 CONCURRENCY_KEY = "om_max_concurrency"
 """The key in a model's ``metadata`` that states how many calls it takes at once."""
@@ -64,8 +65,19 @@ def concurrency_limit(model: Any) -> int | None:
     return None if has_async_path(model) else 1
 
 
+def _unbound(model: Any) -> Any:
+    """The chat model under ``bind_tools`` / ``bind`` wrappers (the agent's model is bound)."""
+    for _ in range(8):
+        inner = getattr(model, "bound", None)
+        if inner is None:
+            break
+        model = inner
+    return model
+
+
 def gate_of(model: Any) -> threading.BoundedSemaphore | None:
     """The model object's gate (``None`` when its calls are not limited)."""
+    model = _unbound(model)
     limit = concurrency_limit(model)
     if limit is None:
         return None
@@ -88,6 +100,22 @@ def held(model: Any) -> Iterator[None]:
         return
     with gate:
         yield
+
+
+@asynccontextmanager
+async def aheld(model: Any) -> AsyncIterator[None]:
+    """Hold ``model``'s gate for a block without blocking the event loop (the agent's own call,
+    in ``ObservationalMemoryMiddleware``)."""
+    gate = gate_of(model)
+    if gate is None:
+        yield
+        return
+    while not gate.acquire(blocking=False):  # noqa: ASYNC110 - a semaphore shared across threads
+        await asyncio.sleep(_POLL_S)
+    try:
+        yield
+    finally:
+        gate.release()
 
 
 def _can_stream(model: BaseChatModel) -> bool:

@@ -57,7 +57,8 @@ _HEADER_DATE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2}
 _STAMP = re.compile(r"^\s*(?:[*\-•]\s*)?\[\s*(\d{4}-\d{2}-\d{2})[ T]\d{1,2}:\d{2}(?::\d{2})?[^\]]*\]")
 _TRANSCRIPT_STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}\]", re.MULTILINE)
 _THREAD_LINE = re.compile(r"^\s*===\s*Thread\b.*===\s*$")
-_MARKUP_ONLY = re.compile(r"^\s*(?:<[^<>\n]*>\s*)+$")
+_MARKUP_ONLY = re.compile(r"^\s*(?:[<‹]\s*/?\s*[\w-]+(?:\s[^<>‹›\n]*)?[>›]\s*)+$")
+"""A line of tags only (``fence.neutralise`` may have turned its ``<`` into ``‹``)."""
 _BULLET = re.compile(r"^(\s*)(?:[*\-•]|\d+[.)])\s+(.*)$")
 _BARE_MARK = re.compile(r"^(\s*)([🔴🟡🟢])\s*(.*)$")
 _REFUSAL = re.compile(
