@@ -257,4 +257,4 @@ async def test_one_local_model_as_agent_and_background_observer_is_never_run_twi
     await om.await_background()
     assert model.calls > 10, "the agent and the background Observer both ran"
     assert model.most_at_once == 1
-    om.close()
+    await om.aclose()
