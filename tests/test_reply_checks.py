@@ -24,6 +24,7 @@ from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.model_calls.reflector import REFLECTOR_PROMPT_MARKER
 from langchain_om.model_calls.replies import REPLY_TALLY
 from langchain_om.model_calls.reply_checks import UnusableReply, check_observations, check_reflection
+from langchain_om.store.ids import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedChatModel, ScriptedObserverModel
 
@@ -141,6 +142,21 @@ async def test_instructions_copied_into_the_hints_are_dropped_and_the_observatio
     ctx = await om.aprocess("t1", demo_start(5))
     system = str(ctx.system_message.content) if ctx.system_message else ""
     assert "in one or two sentences" not in system and "How the assistant should go on" not in system
+
+
+async def test_the_template_copied_back_is_named_and_a_refusal_as_title_dropped() -> None:
+    om = make_om(ScriptedChatModel(responses=[RECORDED["template_echo"]["reply"]]))
+    events = await observe_once(om, demo_start())
+    assert "the reply template copied back" in of(events, "data-om-observation-failed")[0].data.error
+    titled = GOOD + "\n<thread-title>I'm sorry, but I can't assist with that.</thread-title>"
+    observer = ScriptedChatModel(responses=[titled])
+    om = make_om(observer, observation={"model": observer, "message_tokens": 60, "buffer_tokens": False,
+                                        "thread_title": True})
+    events = await observe_once(om, demo_start())
+    assert of(events, "data-om-observation-end")
+    assert not [e for e in events if e.type == "data-om-thread-update"], "a refusal never becomes the title"
+    thread = await om.store.aget_thread(implicit_resource("t1"), "t1")
+    assert thread is None or not thread.title
 
 
 async def test_a_header_of_its_own_and_missing_marks_are_repaired() -> None:

@@ -81,6 +81,7 @@ _ROLE_PLAY = re.compile(
 _NOTE_SHAPE = re.compile(r"^(?:\(\d{1,2}:\d{2}\)|✅|(?:User|Assistant|ユーザー|アシスタント)\b)", re.IGNORECASE)
 """How an unmarked bullet must begin to be certainly a note: the note's time, the done mark or its
 subject (a role-play list such as "1. Create a calendar" has none of them)."""
+_TEMPLATE = re.compile(r"<(?:YYYY-MM-DD|Weekday|HH:MM|mark|observation)>")
 _NUMBER = re.compile(r"\d[\d,.]*\d|\d")
 _TIME_PREFIX = re.compile(r"^\s*(?:[*\-•]\s*)?(?:[🔴🟡🟢]\s*)?(?:\(\d{1,2}:\d{2}\)\s*)?")
 _NAME = re.compile(r"(?<![\w])[A-Z][\w'’-]+|[\u30a0-\u30ff]{2,}|[\u4e00-\u9fff]{2,}")
@@ -99,6 +100,8 @@ def describe_unusable(text: str) -> str | None:
     """What a reply with no observation lines is, in a few words (``None`` if nothing specific)."""
     flat = " ".join(re.sub(r"</?\s*[\w-]+\s*>", " ", text).split())
     quote = flat if len(flat) <= 80 else flat[:79] + "…"
+    if _TEMPLATE.search(flat):
+        return f"the reply template copied back, not observations ({quote!r})"
     if _REFUSAL.search(flat) and len(flat) <= 400:
         return f"a refusal, not observations ({quote!r})"
     if flat and _GREETING.fullmatch(flat):
