@@ -151,3 +151,17 @@ def sqlite_path(tmp_path: Path) -> Path:
 
 
 # ---- Other fixtures -------------------------------------------------------------------------
+
+
+LOCAL_MODEL_ENV = "LANGCHAIN_OM_LOCAL_MODEL"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``local_model`` tests run only when LANGCHAIN_OM_LOCAL_MODEL names a model (a .gguf path or
+    an init_chat_model string) and never in CI: one call of a small local model takes minutes."""
+    if os.environ.get(LOCAL_MODEL_ENV) and os.environ.get("CI", "").lower() != "true":
+        return
+    reason = f"opt-in: set {LOCAL_MODEL_ENV}=path.gguf to run OM on a local model (docs/local-models.md)"
+    for item in items:
+        if "local_model" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -109,7 +109,7 @@ async def test_crossing_observation_threshold_reflects() -> None:
     ["", "   ", "I'm sorry, I can't help with that.", "<current-task>only a task</current-task>"],
 )
 async def test_malformed_observer_output_fails_cleanly_and_loses_nothing(garbage: str) -> None:
-    outputs = iter([garbage, OBSERVATION])
+    outputs = iter([garbage, garbage, OBSERVATION])  # a reply that is not observations is asked for once more
     model = CallableFake(fn=lambda _m: next(outputs))
     store = InMemoryStore()
     om = make_om(store, model)
@@ -219,8 +219,8 @@ def test_model_timeout_false_means_no_limit(monkeypatch: pytest.MonkeyPatch) -> 
 async def test_reflector_that_does_not_compress_is_retried_then_original_kept() -> None:
     def respond(messages: list[BaseMessage]) -> str:
         if is_reflector_prompt(messages):
-            body = str(messages[-1].content)
-            return "<observations>\n" + body + "\n" + body + "\n</observations>"  # bigger than input
+            log = str(messages[-1].content).split("<observation-log>\n")[1].split("\n</observation-log>")[0]
+            return "<observations>\n" + log + "\n" + log + "\n</observations>"  # bigger than input
         return OBSERVATION
 
     model = CallableFake(fn=respond)

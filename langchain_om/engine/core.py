@@ -57,6 +57,7 @@ from ..store.step_fast_paths import supports
 from .buffer_handoff import LockLoans
 from .cache_policy import SampledKeys
 from .live_runs import LiveRuns
+from .observer_backoff import ObserverBackoff
 from .resource_ids import resolve as resolve_resource_ids
 from .state import MAX_COMMIT_RETRIES, editable, lru_put
 from .tasks import BackgroundTasks
@@ -153,6 +154,7 @@ class EngineCore:
         self._pending_events: dict[str, list[OMEvent]] = {}
         self._live_runs = LiveRuns()  # the run each record streams into, for background events (live_runs.py)
         self._step_numbers = RunSteps()  # record key -> the run of its last step, that step's number
+        self.observer_backoff = ObserverBackoff()  # record key -> failures in a row (observer_backoff.py)
         self.section_providers: list[SectionProvider] = []
         """Sections rendered after the observation log (they change as the conversation goes)."""
         self.static_section_providers: list[SectionProvider] = []

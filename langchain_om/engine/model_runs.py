@@ -41,6 +41,7 @@ from ..foundation.tokens import CONVERSATION_OVERHEAD, MESSAGE_OVERHEAD
 from ..model_calls import failure_policy
 from ..model_calls import observer as observer_mod
 from ..model_calls import reflector as reflector_mod
+from ..model_calls.context_size import declared_context, warn_if_too_small
 from ..model_calls.models import ModelSelectionError, OMModelError, model_supports_images, reads_input_tokens
 from ..model_calls.replies import acall_observer, acall_reflector
 from ..store.base import OMRecord, StoredMessage, new_id, total_tokens
@@ -89,6 +90,14 @@ def _push_end(push: Callable[[OMEvent], None], operation: Operation, buffering: 
             current_task=result.current_task, suggested_response=result.suggested_response,
             extracted_values=values, extraction_failures=failures, record_id=record.id,
             thread_id=step.thread_id)))
+
+
+def skipped_observation(core: EngineCore, step: StepState, record: OMRecord, reason: str) -> None:
+    """Say that this turn skips its synchronous observation (``observer_backoff``): a failed event
+    whose error starts with ``skipped:``, no hooks (no cycle ran)."""
+    step.events.append(ObservationFailedEvent(data=ObservationFailedData(
+        cycle_id=new_id("cycle_"), operation_type="observation", failed_at=iso_now(), duration_ms=0.0,
+        tokens_attempted=0, error=reason, record_id=record.id, thread_id=step.thread_id)))
 
 
 async def cycle_failed(
@@ -154,7 +163,10 @@ async def arun_observer(
                            failure_policy.failure_reason(exc), buffering)
         if not buffering:
             failure_policy.raise_if_configured(core.config, exc)
+            if trigger == "turn-sync":
+                core.observer_backoff.failed(step.key)
         return None
+    core.observer_backoff.succeeded(step.key)
     result.cycle_id = cycle_id
     _push_end(push, "observation", buffering, cycle_id, started, tokens_in, result, record, step)
     await core.hooks.call("on_observation_end", HookContext(
@@ -195,6 +207,13 @@ def _prompt_tokens(core: EngineCore, spec: Any, prompt: Sequence[Any]) -> int:
     if count_sections is None or not all(isinstance(m.content, str) for m in prompt):
         return core.counter.count_messages(prompt)
     return CONVERSATION_OVERHEAD + sum(MESSAGE_OVERHEAD + int(count_sections(m.content)) for m in prompt)
+
+
+def _check_context(core: EngineCore, spec: Any, role: str, prompt: Sequence[Any], counted: int) -> None:
+    """Warn once when a model object states a context smaller than this prompt (``context_size``);
+    the prompt is counted only for a model that states one."""
+    if declared_context(spec) is not None:
+        warn_if_too_small(spec, role, counted or core.counter.count_messages(prompt))
 
 
 def _newest_moment(core: EngineCore, resource_id: str, batch: Mapping[str, Sequence[StoredMessage]],
@@ -271,9 +290,10 @@ async def _call_observer(
         previous_task=record.current_task, previous_suggestion=record.suggested_response,
     )
     input_tokens = _prompt_tokens(core, spec, prompt)
+    _check_context(core, spec, "observer", prompt, input_tokens)
     call, parsed = await acall_observer(  # a looping reply is refused and asked for once more (replies.py)
         spec if spec is not None else "default", prompt, inline_slugs=[spec_.slug for spec_ in inline],
-        input_tokens=input_tokens,
+        input_tokens=input_tokens, count_tokens=core.counter.count_text,
         context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                  "input_tokens": input_tokens, "memory": core, "role": "observer"},
         **_call_settings(core, "observation"),
@@ -336,10 +356,11 @@ async def arun_reflector(
             previous_tokens=best[0] if best is not None else None, inline_extractors=inline,
         )
         input_tokens = _prompt_tokens(core, spec, prompt)
+        _check_context(core, spec, "reflector", prompt, input_tokens)
         try:
             call, parsed = await acall_reflector(  # a looping reply: asked once more, then OMModelError
                 spec if spec is not None else "default", prompt, inline_slugs=[s.slug for s in inline],
-                input_tokens=input_tokens,
+                input_tokens=input_tokens, count_tokens=core.counter.count_text,
                 context={"thread_id": step.thread_id, "resource_id": step.resource_id, "trigger": trigger,
                          "input_tokens": input_tokens, "memory": core, "role": "reflector"},
                 **_call_settings(core, "reflection"),

@@ -28,6 +28,7 @@ from . import planner
 from .activation import aactivate_chunks, observation_signals
 from .background import schedule, start_idle_buffering
 from .core import EngineCore
+from .model_runs import skipped_observation
 from .observation import aobserve_now
 from .persistence import acheck_and_persist, asettle, settled
 from .reflection import areflect_step
@@ -115,7 +116,11 @@ async def arun_phases(core: EngineCore, step: StepState, record: OMRecord, phase
             window = await core.awindow(record, step.resource_id, step.thread_id, refresh=False)
     if "observe" in phases:
         observation = planner.plan_observation(cfg, record, step.thread_id, window)
-        if observation is not None:
+        skip = observation is not None and cfg.failure_policy.on_failure == "continue" and \
+            core.observer_backoff.skip(step.key)
+        if skip:
+            skipped_observation(core, step, record, skip)
+        elif observation is not None:
             record = await aobserve_now(core, step, record, observation, window)
             window = await core.awindow(record, step.resource_id, step.thread_id, refresh=False)
     if "reflect" in phases:

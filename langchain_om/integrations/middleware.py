@@ -40,6 +40,7 @@ from ..engine import ObservationalMemory, OMContext
 from ..engine.step import aturn_end
 from ..extensions.branches import POSITION_KEY, BranchRun, aposition, branch_root, is_checkpointed
 from ..foundation.context import merge_system_messages
+from ..model_calls.model_gate import aheld, held
 from . import langsmith_hops
 from .tools import om_tools
 from .turn import TRIPWIRE_KEY, aprocess_on_branch, aturn_end_at_checkpoint, ids_from_config, tripwire_message
@@ -240,7 +241,8 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         context, run = await self._astep(request)
         if context.aborted:
             return _answer(ModelResponse(result=[tripwire_message(context.aborted)]), await self._aposition(run))
-        response = await handler(self._request(request, context))
+        async with aheld(request.model):  # a local model shared with OM runs one call at a time (model_gate)
+            response = await handler(self._request(request, context))
         answer, after, ends = self._finish(response, request, context, run.branch, run.resource_id)
         if ends:
             position = await self._aturn_end(after, run.branch, run.resource_id)
@@ -257,7 +259,8 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
         if context.aborted:
             return _answer(ModelResponse(result=[tripwire_message(context.aborted)]),
                            self.om._loop.run(self._aposition(run)))
-        response = handler(self._request(request, context))
+        with held(request.model):
+            response = handler(self._request(request, context))
         answer, after, ends = self._finish(response, request, context, run.branch, run.resource_id)
         if ends:
             position = self.om._loop.run(self._aturn_end(after, run.branch, run.resource_id))

@@ -3,8 +3,10 @@
 The Observer and Reflector are paid, rate-limited services. This module decides:
 
 * whether an error is worth retrying (``classify_error``): 408/409/429/5xx, timeouts and
-  connection errors are *transient*; authentication, permission, bad request, not found and
-  missing credentials are *permanent* (retrying them only multiplies the bill and the wait);
+  connection errors are *transient*; authentication, permission, bad request, not found,
+  missing credentials and a prompt longer than the model's context (llama.cpp's "Requested
+  tokens (9000) exceed context window of 8192", OpenAI's ``context_length_exceeded``) are
+  *permanent* (retrying them only multiplies the bill and the wait);
 * how long to wait between retries (``backoff_delay``: exponential, capped, full jitter, so
   eight workers hitting one rate limit do not retry in lock step);
 * how long one turn may spend in OM's model calls (``turn_budget`` / ``remaining_budget``:
@@ -47,6 +49,12 @@ _PERMANENT_NAMES = (
     "authentication", "permissiondenied", "badrequest", "notfound", "invalidargument",
     "unprocessable", "unauthenticated", "forbidden", "conflictingconfig",
 )
+_CONTEXT_OVERFLOW_TEXT = (
+    "exceed context window", "exceeds context window", "context_length_exceeded", "maximum context length",
+    "context length exceeded", "context window exceeded", "prompt is too long", "too many tokens",
+    "input is too long", "exceeds the context", "n_ctx",
+)
+"""A prompt the model cannot read: the same prompt fails the same way on every retry."""
 _PERMANENT_TEXT = (
     "missing credentials", "api key", "api_key", "invalid_api_key", "unauthorized", "incorrect api key",
     "not installed", "no module named",
@@ -96,6 +104,8 @@ def classify_error(exc: BaseException) -> ErrorKind:
     (a bare ``RuntimeError`` from a custom model) counts as transient, so it gets the bounded
     retries and no more."""
     for err in _chain(exc):
+        if any(part in str(err).lower() for part in _CONTEXT_OVERFLOW_TEXT):
+            return "permanent"
         if isinstance(err, TurnBudgetExceeded):
             return "permanent"  # retrying cannot help within this turn
         if isinstance(err, (ImportError, ModuleNotFoundError)):

@@ -18,6 +18,7 @@ from ..foundation.config import ModelSettings
 from ..foundation.object_memo import ObjectMemo
 from ..store.base import replace_lone_surrogates
 from .failures import FAILURE_LOG, attempt_timeout, backoff_delay, classify_error
+from .model_gate import invoke_gated
 from .spend import add_to_process
 
 try:  # langgraph is a dependency, but keep models usable on its own
@@ -171,7 +172,8 @@ async def acall_om_model(
             attempts += 1
             try:
                 limit = attempt_timeout(timeout_s)
-                reply = await _within(model.ainvoke(list(messages), config=config, **kwargs), limit)
+                # one call at a time on a model with no async path; a timed-out call stops (model_gate)
+                reply = await _within(invoke_gated(model, list(messages), config=config, kwargs=kwargs), limit)
             except ModelSelectionError:
                 raise
             except asyncio.CancelledError:
