@@ -73,7 +73,7 @@ async def test_a_reflector_that_cannot_reach_the_target_is_not_called_again_ever
             calls.append("reflector")
             return _reflector_that_keeps_90_percent(messages)
         calls.append("observer")
-        return "<observations>\n" + "\n".join(
+        return "<observations>\nDate: 2026-03-02 (Monday)\n" + "\n".join(
             f"* 🔴 (09:{i:02d}) The user said fact number {i} about their trip." for i in range(40)) + \
             "\n</observations>"
 
@@ -102,7 +102,7 @@ async def test_with_buffering_a_failing_reflector_is_not_retried_in_the_backgrou
         if is_reflector_prompt(messages):
             calls.append("reflector")
             raise RuntimeError("reflector down")
-        return "<observations>\n" + "\n".join(
+        return "<observations>\nDate: 2026-03-02 (Monday)\n" + "\n".join(
             f"* 🔴 (09:{i:02d}) Fact {i} about the user's garden." for i in range(30)) + "\n</observations>"
 
     model = CallableFake(fn=model_fn)
@@ -135,7 +135,7 @@ async def test_reflection_block_after_is_checked_after_a_buffered_reflection_is_
                 "* 🔴 (10:00) " + " ".join(ids[i:i + 3]) for i in range(0, len(ids), 3)) + "\n</observations>"
         state["observer"] += 1
         count = 22 if state["observer"] == 1 else 60
-        return "<observations>\n" + "\n".join(
+        return "<observations>\nDate: 2026-03-02 (Monday)\n" + "\n".join(
             f"* 🔴 (09:{i:02d}) Observation {state['observer']}-{i} about the project." for i in range(count)) + \
             "\n</observations>"
 
@@ -182,7 +182,7 @@ async def test_share_token_budget_aprocess_and_phase_by_phase_reach_the_same_dec
             if is_reflector_prompt(messages):
                 return "<observations>\n" + "\n".join(
                     f"* 🔴 (09:0{i}) Summary line {i} of the plan so far." for i in range(3)) + "\n</observations>"
-            return "<observations>\n" + "\n".join(
+            return "<observations>\nDate: 2026-03-02 (Monday)\n" + "\n".join(
                 f"* 🟡 (09:{i:02d}) Detail {i} of the user's plan." for i in range(12)) + "\n</observations>"
         return CallableFake(fn=model_fn)
 
