@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import os
+import re
 import shutil
 import struct
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import Field
 
@@ -45,6 +49,8 @@ def fuzz_settings() -> settings:
 
 # ---------------------------------------------------------------------------------------- text
 
+GLITCH = "glitch-nan-vector"
+"""A text holding this embeds as NaN (``BagOfWords``): what a provider's bad reply can give."""
 HUGE = "huge " + "長い文章 and a long line of words " * 700  # ~25k characters, ~7k tokens
 HOSTILE = [
     "",
@@ -58,9 +64,11 @@ HOSTILE = [
     "'; DROP TABLE messages; -- \" AND OR NOT * NEAR(",
     "\n\n\t  ",
     HUGE,
+    "split \ud83d\ude00 pair 猫",  # two lone surrogates that happen to form a pair (CESU-8 / surrogatepass)
+    "an embedder glitch " + GLITCH,  # embedded as NaN (``BagOfWords``)
 ]
 HOSTILE_NAMES = ["empty", "nul", "nul-inside", "lone-surrogate", "half-pair", "japanese", "emoji", "markup",
-                 "query-syntax", "whitespace", "huge"]
+                 "query-syntax", "whitespace", "huge", "split-pair", "nan-embedding"]
 hostile_text = st.one_of(st.sampled_from(HOSTILE_NAMES), st.text(max_size=40).map(lambda t: "text:" + t))
 """Names (so a failing example prints ``text='huge'``, not 25k characters); ``hostile`` gives the text."""
 
@@ -105,6 +113,28 @@ def text_of(message: BaseMessage) -> str:
 
 def prompt_text(messages: Iterable[BaseMessage]) -> str:
     return "\n".join(text_of(m) for m in messages)
+
+
+# ------------------------------------------------------------------------------------- embedder
+
+
+class BagOfWords(Embeddings):
+    """Words hashed into ``DIM`` dimensions: a message's rare word makes it a match for that word
+    (only a message sharing the word's bucket scores above zero). A text holding ``GLITCH`` embeds
+    as NaN, as a provider's bad reply can: the index must skip it and find every other message."""
+
+    DIM = 256
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if GLITCH in text:
+            return [math.nan] * self.DIM
+        vector = [0.0] * self.DIM
+        for word in re.findall(r"\w+", text.lower()):
+            vector[zlib.crc32(word.encode("utf-8", "replace")) % self.DIM] += 1.0
+        return vector
 
 
 # ------------------------------------------------------------------------------------- Observer

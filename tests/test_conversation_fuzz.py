@@ -29,7 +29,9 @@ from typing import Any, ClassVar
 
 import pytest
 from fuzz_support import (
+    GLITCH,
     IMAGE_BLOCKS,
+    BagOfWords,
     StoreOpener,
     SwitchableObserver,
     current_sections,
@@ -51,6 +53,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.engine.state import OMContext
+from langchain_om.extensions.recall.indexing import stored_index
 
 RESOURCE = "fuzz-user"
 THREAD = "fuzz-thread"
@@ -64,7 +67,8 @@ def make_om(store: Any, observer: SwitchableObserver, buffering: bool) -> Observ
     if not buffering:
         observation["buffer_tokens"] = False
     return ObservationalMemory(
-        store, model=observer, token_counter="estimator", retrieval=True, observation=observation,
+        store, model=observer, token_counter="estimator", observation=observation,
+        retrieval={"vector": True, "embeddings": BagOfWords()},
         reflection={"observation_tokens": 2_500}, failure_policy={"max_retries": 0, "backoff": 1, "max_backoff": 2},
     )
 
@@ -331,6 +335,27 @@ class AprocessMachine(RuleBasedStateMachine):
                 if old is not None and self.words[mid] in row_text:  # replaced in place
                     stale = await store.asearch_messages(RESOURCE, old, thread_id=THREAD, limit=5)
                     assert mid not in {h.message.id for h in stale}, f"{mid} still found by retracted {old!r}"
+
+        # the stored row holds exactly the text sent (every str: lone surrogates, two that form a pair)
+        sent = {str(m.id): m for m in self.history}
+        for row in messages:
+            content = sent[row.id].content
+            if isinstance(content, str) and row.id in self.words and self.words[row.id] in content \
+                    and self.words[row.id] in str(row.data):
+                assert row.data["data"]["content"] == content, f"{row.id}: stored text differs from the text sent"
+
+        # each new or edited message found by meaning (its word's bucket), unless its text embeds as
+        # NaN: such a vector is never stored and never hides the others (issue 44)
+        index = stored_index(self.om)
+        assert index is not None
+        rows_by_id = {r.id: r for r in messages}
+        for mid in sorted(self.fresh):
+            row_text = str(rows_by_id[mid].data)
+            if GLITCH in row_text:
+                continue
+            word = [w for w in self.all_words[mid] if w in row_text][-1]
+            hits = await index.asearch(RESOURCE, word, k=20, thread_id=THREAD)
+            assert mid in {h.message_id for h in hits}, f"{mid} not found by the meaning of {word!r}"
 
         # no other resource visible
         assert SECRET not in prompt_text(model_input)
