@@ -199,6 +199,51 @@ class StoreOpener:
             await drop_pg_schema(os.environ["LANGCHAIN_OM_TEST_PG_DSN"], self.schema)
 
 
+async def downgrade_postgres_to_v6(store: Any) -> None:
+    """What a PostgreSQL schema of version 6 looked like: no CJK index, no backfill bookmarks (the
+    migrations from 7 on run again when a worker opens it)."""
+    async with store._tx() as cur:
+        await cur.execute(store._q("DROP TABLE {s}.message_search_cjk"))
+        await cur.execute(store._q("DROP TABLE {s}.search_backfill"))
+        await cur.execute(store._q("UPDATE {s}.schema_version SET version = 6"))
+
+
+async def upgrade_while_serving(upgrading: Any, serving: Any, wait: float = 0.2) -> Any:
+    """Open ``upgrading`` (a store on a version-6 schema: it migrates and backfills the CJK index);
+    once its first backfill batch has written its entries, before that batch commits, start the
+    coroutine ``serving`` (another worker's step) and give it ``wait`` seconds to run into the batch.
+    Returns what ``serving`` returns (run after the set-up when no batch wrote anything)."""
+    from langchain_om.store.postgres import cjk as postgres_cjk
+    from langchain_om.store.postgres import connection as postgres_connection
+
+    task: asyncio.Task[Any] | None = None
+    original = postgres_connection.backfill_batch
+
+    class Hooked:
+        def __init__(self, cur: Any) -> None:
+            self._cur = cur
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._cur, name)
+
+        async def executemany(self, query: Any, params: Any) -> None:
+            nonlocal task
+            await self._cur.executemany(query, params)
+            if task is None and postgres_cjk.CJK_TABLE in query.as_string(None):
+                task = asyncio.ensure_future(serving)
+                await asyncio.wait({task}, timeout=wait)
+
+    async def batch(cur: Any, q: Any, schema: str) -> bool:
+        return bool(await original(Hooked(cur) if task is None else cur, q, schema))
+
+    postgres_connection.backfill_batch = batch  # type: ignore[assignment]
+    try:
+        await upgrading.asetup()
+    finally:
+        postgres_connection.backfill_batch = original  # type: ignore[assignment]
+    return await (task if task is not None else serving)
+
+
 def store_kinds() -> list[str]:
     kinds = ["memory", "sqlite"]
     if os.environ.get("LANGCHAIN_OM_TEST_PG_DSN", "").strip():

@@ -35,6 +35,7 @@ from fuzz_support import (
     StoreOpener,
     SwitchableObserver,
     current_sections,
+    downgrade_postgres_to_v6,
     fuzz_settings,
     hostile,
     hostile_text,
@@ -46,6 +47,7 @@ from fuzz_support import (
     store_kinds,
     text_of,
     tool_result,
+    upgrade_while_serving,
 )
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -97,6 +99,7 @@ class AprocessMachine(RuleBasedStateMachine):
         self.counter = 0
         self.context: OMContext | None = None
         self.contexts: list[OMContext] = []
+        self.upgraded = False
 
     # ------------------------------------------------------------------ set-up and teardown
 
@@ -182,9 +185,14 @@ class AprocessMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(isinstance(m, HumanMessage) for m in self.history))
     @rule(data=st.data(), text=hostile_text)
     def user_edits_a_message(self, data: st.DataObject, text: str) -> None:
+        if self._edit(data, text):
+            self._step()
+
+    def _edit(self, data: st.DataObject, text: str) -> bool:
+        """Edit an earlier human or AI message of the caller's history under its id (not sent yet)."""
         editable = [i for i, m in enumerate(self.history) if m.type in ("human", "ai") and str(m.id) in self.words]
         if not editable:
-            return
+            return False
         index = data.draw(st.sampled_from(editable))
         old = self.history[index]
         mid = str(old.id)
@@ -198,7 +206,26 @@ class AprocessMachine(RuleBasedStateMachine):
         self.words[mid] = word
         self.all_words.setdefault(mid, []).append(word)
         self.fresh.add(mid)
-        self._step()
+        return True
+
+    @precondition(lambda self: self.kind == "postgres" and not self.upgraded
+                  and any(isinstance(m, HumanMessage) for m in self.history))
+    @rule(data=st.data(), text=hostile_text)
+    def a_worker_upgrades_from_v6_while_another_edits(self, data: st.DataObject, text: str) -> None:
+        """The schema taken back to version 6 (no CJK index), then a new worker opens it: while its
+        CJK backfill batch holds the entries it wrote, the serving worker runs a step with an edit
+        (issue 44: the old text must not stay indexed). Once per example: it costs a migration."""
+        self.upgraded = True
+        if not self._edit(data, text):
+            return
+        run(self.loop, downgrade_postgres_to_v6(self.om.store))
+        prefix = [self.system] if self.system is not None else []
+        serving = self.om.aprocess(THREAD, [*prefix, *self.history], resource_id=RESOURCE)
+        upgrading = make_om(self.opener.open(), self.observer, self.buffering)
+        self.workers.append(upgrading)
+        self.context = run(self.loop, upgrade_while_serving(upgrading.store, serving))
+        self.sent = len(self.history)
+        self.check()
 
     @rule(text=st.one_of(st.none(), hostile_text))
     def caller_sets_instructions(self, text: str | None) -> None:
