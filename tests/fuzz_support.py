@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import os
+import re
 import shutil
 import struct
 import tempfile
 import uuid
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import Field
 
@@ -45,6 +49,8 @@ def fuzz_settings() -> settings:
 
 # ---------------------------------------------------------------------------------------- text
 
+GLITCH = "glitch-nan-vector"
+"""A text holding this embeds as NaN (``BagOfWords``): what a provider's bad reply can give."""
 HUGE = "huge " + "長い文章 and a long line of words " * 700  # ~25k characters, ~7k tokens
 HOSTILE = [
     "",
@@ -58,9 +64,11 @@ HOSTILE = [
     "'; DROP TABLE messages; -- \" AND OR NOT * NEAR(",
     "\n\n\t  ",
     HUGE,
+    "split \ud83d\ude00 pair 猫",  # two lone surrogates that happen to form a pair (CESU-8 / surrogatepass)
+    "an embedder glitch " + GLITCH,  # embedded as NaN (``BagOfWords``)
 ]
 HOSTILE_NAMES = ["empty", "nul", "nul-inside", "lone-surrogate", "half-pair", "japanese", "emoji", "markup",
-                 "query-syntax", "whitespace", "huge"]
+                 "query-syntax", "whitespace", "huge", "split-pair", "nan-embedding"]
 hostile_text = st.one_of(st.sampled_from(HOSTILE_NAMES), st.text(max_size=40).map(lambda t: "text:" + t))
 """Names (so a failing example prints ``text='huge'``, not 25k characters); ``hostile`` gives the text."""
 
@@ -105,6 +113,28 @@ def text_of(message: BaseMessage) -> str:
 
 def prompt_text(messages: Iterable[BaseMessage]) -> str:
     return "\n".join(text_of(m) for m in messages)
+
+
+# ------------------------------------------------------------------------------------- embedder
+
+
+class BagOfWords(Embeddings):
+    """Words hashed into ``DIM`` dimensions: a message's rare word makes it a match for that word
+    (only a message sharing the word's bucket scores above zero). A text holding ``GLITCH`` embeds
+    as NaN, as a provider's bad reply can: the index must skip it and find every other message."""
+
+    DIM = 256
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if GLITCH in text:
+            return [math.nan] * self.DIM
+        vector = [0.0] * self.DIM
+        for word in re.findall(r"\w+", text.lower()):
+            vector[zlib.crc32(word.encode("utf-8", "replace")) % self.DIM] += 1.0
+        return vector
 
 
 # ------------------------------------------------------------------------------------- Observer
@@ -167,6 +197,51 @@ class StoreOpener:
             from conftest import drop_pg_schema
 
             await drop_pg_schema(os.environ["LANGCHAIN_OM_TEST_PG_DSN"], self.schema)
+
+
+async def downgrade_postgres_to_v6(store: Any) -> None:
+    """What a PostgreSQL schema of version 6 looked like: no CJK index, no backfill bookmarks (the
+    migrations from 7 on run again when a worker opens it)."""
+    async with store._tx() as cur:
+        await cur.execute(store._q("DROP TABLE {s}.message_search_cjk"))
+        await cur.execute(store._q("DROP TABLE {s}.search_backfill"))
+        await cur.execute(store._q("UPDATE {s}.schema_version SET version = 6"))
+
+
+async def upgrade_while_serving(upgrading: Any, serving: Any, wait: float = 0.2) -> Any:
+    """Open ``upgrading`` (a store on a version-6 schema: it migrates and backfills the CJK index);
+    once its first backfill batch has written its entries, before that batch commits, start the
+    coroutine ``serving`` (another worker's step) and give it ``wait`` seconds to run into the batch.
+    Returns what ``serving`` returns (run after the set-up when no batch wrote anything)."""
+    from langchain_om.store.postgres import cjk as postgres_cjk
+    from langchain_om.store.postgres import connection as postgres_connection
+
+    task: asyncio.Task[Any] | None = None
+    original = postgres_connection.backfill_batch
+
+    class Hooked:
+        def __init__(self, cur: Any) -> None:
+            self._cur = cur
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._cur, name)
+
+        async def executemany(self, query: Any, params: Any) -> None:
+            nonlocal task
+            await self._cur.executemany(query, params)
+            if task is None and postgres_cjk.CJK_TABLE in query.as_string(None):
+                task = asyncio.ensure_future(serving)
+                await asyncio.wait({task}, timeout=wait)
+
+    async def batch(cur: Any, q: Any, schema: str) -> bool:
+        return bool(await original(Hooked(cur) if task is None else cur, q, schema))
+
+    postgres_connection.backfill_batch = batch  # type: ignore[assignment]
+    try:
+        await upgrading.asetup()
+    finally:
+        postgres_connection.backfill_batch = original  # type: ignore[assignment]
+    return await (task if task is not None else serving)
 
 
 def store_kinds() -> list[str]:

@@ -29,10 +29,13 @@ from typing import Any, ClassVar
 
 import pytest
 from fuzz_support import (
+    GLITCH,
     IMAGE_BLOCKS,
+    BagOfWords,
     StoreOpener,
     SwitchableObserver,
     current_sections,
+    downgrade_postgres_to_v6,
     fuzz_settings,
     hostile,
     hostile_text,
@@ -44,6 +47,7 @@ from fuzz_support import (
     store_kinds,
     text_of,
     tool_result,
+    upgrade_while_serving,
 )
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -51,6 +55,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_om.engine import ObservationalMemory
 from langchain_om.engine.state import OMContext
+from langchain_om.extensions.recall.indexing import stored_index
 
 RESOURCE = "fuzz-user"
 THREAD = "fuzz-thread"
@@ -64,7 +69,8 @@ def make_om(store: Any, observer: SwitchableObserver, buffering: bool) -> Observ
     if not buffering:
         observation["buffer_tokens"] = False
     return ObservationalMemory(
-        store, model=observer, token_counter="estimator", retrieval=True, observation=observation,
+        store, model=observer, token_counter="estimator", observation=observation,
+        retrieval={"vector": True, "embeddings": BagOfWords()},
         reflection={"observation_tokens": 2_500}, failure_policy={"max_retries": 0, "backoff": 1, "max_backoff": 2},
     )
 
@@ -93,6 +99,7 @@ class AprocessMachine(RuleBasedStateMachine):
         self.counter = 0
         self.context: OMContext | None = None
         self.contexts: list[OMContext] = []
+        self.upgraded = False
 
     # ------------------------------------------------------------------ set-up and teardown
 
@@ -178,9 +185,14 @@ class AprocessMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(isinstance(m, HumanMessage) for m in self.history))
     @rule(data=st.data(), text=hostile_text)
     def user_edits_a_message(self, data: st.DataObject, text: str) -> None:
+        if self._edit(data, text):
+            self._step()
+
+    def _edit(self, data: st.DataObject, text: str) -> bool:
+        """Edit an earlier human or AI message of the caller's history under its id (not sent yet)."""
         editable = [i for i, m in enumerate(self.history) if m.type in ("human", "ai") and str(m.id) in self.words]
         if not editable:
-            return
+            return False
         index = data.draw(st.sampled_from(editable))
         old = self.history[index]
         mid = str(old.id)
@@ -194,7 +206,26 @@ class AprocessMachine(RuleBasedStateMachine):
         self.words[mid] = word
         self.all_words.setdefault(mid, []).append(word)
         self.fresh.add(mid)
-        self._step()
+        return True
+
+    @precondition(lambda self: self.kind == "postgres" and not self.upgraded
+                  and any(isinstance(m, HumanMessage) for m in self.history))
+    @rule(data=st.data(), text=hostile_text)
+    def a_worker_upgrades_from_v6_while_another_edits(self, data: st.DataObject, text: str) -> None:
+        """The schema taken back to version 6 (no CJK index), then a new worker opens it: while its
+        CJK backfill batch holds the entries it wrote, the serving worker runs a step with an edit
+        (issue 44: the old text must not stay indexed). Once per example: it costs a migration."""
+        self.upgraded = True
+        if not self._edit(data, text):
+            return
+        run(self.loop, downgrade_postgres_to_v6(self.om.store))
+        prefix = [self.system] if self.system is not None else []
+        serving = self.om.aprocess(THREAD, [*prefix, *self.history], resource_id=RESOURCE)
+        upgrading = make_om(self.opener.open(), self.observer, self.buffering)
+        self.workers.append(upgrading)
+        self.context = run(self.loop, upgrade_while_serving(upgrading.store, serving))
+        self.sent = len(self.history)
+        self.check()
 
     @rule(text=st.one_of(st.none(), hostile_text))
     def caller_sets_instructions(self, text: str | None) -> None:
@@ -331,6 +362,27 @@ class AprocessMachine(RuleBasedStateMachine):
                 if old is not None and self.words[mid] in row_text:  # replaced in place
                     stale = await store.asearch_messages(RESOURCE, old, thread_id=THREAD, limit=5)
                     assert mid not in {h.message.id for h in stale}, f"{mid} still found by retracted {old!r}"
+
+        # the stored row holds exactly the text sent (every str: lone surrogates, two that form a pair)
+        sent = {str(m.id): m for m in self.history}
+        for row in messages:
+            content = sent[row.id].content
+            if isinstance(content, str) and row.id in self.words and self.words[row.id] in content \
+                    and self.words[row.id] in str(row.data):
+                assert row.data["data"]["content"] == content, f"{row.id}: stored text differs from the text sent"
+
+        # each new or edited message found by meaning (its word's bucket), unless its text embeds as
+        # NaN: such a vector is never stored and never hides the others (issue 44)
+        index = stored_index(self.om)
+        assert index is not None
+        rows_by_id = {r.id: r for r in messages}
+        for mid in sorted(self.fresh):
+            row_text = str(rows_by_id[mid].data)
+            if GLITCH in row_text:
+                continue
+            word = [w for w in self.all_words[mid] if w in row_text][-1]
+            hits = await index.asearch(RESOURCE, word, k=20, thread_id=THREAD)
+            assert mid in {h.message_id for h in hits}, f"{mid} not found by the meaning of {word!r}"
 
         # no other resource visible
         assert SECRET not in prompt_text(model_input)

@@ -109,3 +109,80 @@ async def test_every_store_call_accepts_a_lone_surrogate(store: OMStore) -> None
         assert [hit.message.id for hit in hits] == ["m1"], query
     assert await store.areplace_message("carol", "t3", "m1", {**data, "data": {"content": f"new {ENGLISH_NAME}"}}, 3)
     assert [hit.message.id for hit in await store.asearch_messages("carol", "new", limit=5)] == ["m1"]
+
+
+# ---- issue 44, item 8: two lone surrogates that happen to form a pair stay two ----------------
+
+SPLIT_PAIR = "\ud83d\ude00"  # two code points, as surrogatepass / CESU-8 decoding makes them
+CESU = b"caf\xc3\xa9 \xed\xa0\xbd\xed\xb8\x80 \xe7\x8c\xab".decode("utf-8", "surrogatepass")
+PAIRED_TEXTS = [
+    f"joined {SPLIT_PAIR} apart",
+    CESU,  # café, the pair, 猫
+    f"猫の絵文字 😀 と {SPLIT_PAIR} は別物",  # a real 😀 (one code point) next to the split pair
+    f"\udcff{SPLIT_PAIR}\ud800",  # lone ones around it
+    f"{SPLIT_PAIR}\x00",
+]
+
+
+def _exactly(value: Any, expected: Any) -> None:
+    """Equal, and equal in every string's code points (``==`` on str already compares those)."""
+    assert value == expected
+    assert json.dumps(value) == json.dumps(expected)
+
+
+async def test_every_store_returns_split_surrogate_pairs_exactly(store: OMStore) -> None:
+    from datetime import datetime, timezone
+
+    from langchain_om.store import ObservationGroup, OMRecord
+    from langchain_om.store.step_fast_paths import SupportsHeadAppend
+
+    assert len(SPLIT_PAIR) == 2 and len(CESU) == 9
+    for index, text in enumerate(PAIRED_TEXTS):
+        data = {"type": "human", "data": {"content": text, "additional_kwargs": {text: [text]}}}
+        appended = await store.aappend_messages("dave", "t4", [NewMessage(id=f"m{index}", data=data)])
+        _exactly(appended[0].data, data)
+    stored = await store.aget_messages("dave", "t4")
+    for index, text in enumerate(PAIRED_TEXTS):
+        _exactly(stored[index].data["data"]["content"], text)
+        _exactly(stored[index].data["data"]["additional_kwargs"], {text: [text]})
+    found = await store.aget_messages_by_ids("dave", "t4", ["m0", "m1"])
+    _exactly(sorted(m.data["data"]["content"] for m in found), sorted(PAIRED_TEXTS[:2]))
+    one = await store.aget_message("dave", "m2")
+    assert one is not None
+    _exactly(one.data["data"]["content"], PAIRED_TEXTS[2])
+    hits = await store.asearch_messages("dave", "joined apart", limit=5)
+    _exactly([hit.message.data["data"]["content"] for hit in hits], [PAIRED_TEXTS[0]])
+
+    edited = {"type": "human", "data": {"content": f"edited {SPLIT_PAIR}"}}
+    assert await store.areplace_message("dave", "t4", "m4", edited, 3)
+    _exactly((await store.aget_messages_by_ids("dave", "t4", ["m4"]))[0].data, edited)
+
+    if isinstance(store, SupportsHeadAppend):  # the warm step's append (SQLite, PostgreSQL)
+        thread = await store.aget_thread("dave", "t4")
+        assert thread is not None
+        data = {"type": "ai", "data": {"content": f"warm {SPLIT_PAIR}"}}
+        done = await store.aappend_with_head("dave", "t4", [NewMessage(id="w1", data=data)], thread.created_at, "t4")
+        assert done is not None
+        _exactly((await store.aget_messages_by_ids("dave", "t4", ["w1"]))[0].data, data)
+
+    meta = {"label": CESU, CESU: SPLIT_PAIR}
+    await store.aupdate_thread("dave", "t4", metadata=meta)
+    thread = await store.aget_thread("dave", "t4")
+    assert thread is not None
+    _exactly({k: thread.metadata[k] for k in meta}, meta)
+
+    group = ObservationGroup(thread_id="t4", start_id="m0", end_id="m1", text=f"* 🔴 user sent {SPLIT_PAIR}",
+                             created_at=datetime(2026, 12, 1, tzinfo=timezone.utc))
+    committed = await store.acommit_record(OMRecord(resource_id="dave", thread_id="t4", scope="thread",
+                                                    groups=[group]), expected_version=0)
+    _exactly(committed.groups[0].text, group.text)
+    record = await store.aget_record("dave", "t4")
+    assert record is not None
+    _exactly(record.groups[0].text, group.text)
+
+    for value in ({"v": CESU}, [SPLIT_PAIR, 1], SPLIT_PAIR, {"__langchain_om_exact__": "not base64"},
+                  {"__langchain_om_b64__": SPLIT_PAIR}):
+        await store.aput_value("dave", "ns", "k", value)
+        _exactly(await store.aget_value("dave", "ns", "k"), value)
+        _exactly(await store.aupdate_value("dave", "ns", "k2", lambda _old, v=value: v), value)
+        _exactly(await store.aget_value("dave", "ns", "k2"), value)

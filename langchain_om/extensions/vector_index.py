@@ -26,6 +26,7 @@ message's vector. See docs/search.md.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,10 +35,12 @@ import numpy as np
 import numpy.typing as npt
 from langchain_core.embeddings import Embeddings
 
-from ..store.base import OMStore, VectorBatch, VectorItem, replace_lone_surrogates
+from ..store.base import InvalidStoreInput, OMStore, VectorBatch, VectorItem, replace_lone_surrogates
 from ..store.search import encode_vector
 from ..store.vector_segments import SupportsVectorSegments
 from .vector_resident import Matrix, Resident
+
+logger = logging.getLogger("langchain_om")
 
 DEFAULT_CACHED_RESOURCES = 4
 _LOAD_BATCH = 20_000
@@ -87,11 +90,16 @@ class StoreVectorIndex:
         vectors = await self.embeddings.aembed_documents([text for _, text in texts])
         if len(vectors) != len(texts):
             raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(texts)} texts")
-        items = [
-            VectorItem(thread_id=thread_id, message_id=message_id, vector=encode_vector(vector))
-            for (message_id, _), vector in zip(texts, vectors, strict=True)
-        ]
-        return await self.store.aput_vectors(resource_id, self.space, items)
+        items = []
+        for (message_id, _), vector in zip(texts, vectors, strict=True):
+            try:
+                items.append(VectorItem(thread_id=thread_id, message_id=message_id, vector=encode_vector(vector)))
+            except InvalidStoreInput as exc:
+                # one bad vector (NaN from a provider's glitch) costs only its own message's
+                # semantic recall (keyword search still finds it), never the batch's other vectors
+                logger.warning("langchain-om: not storing the embedding of message %r for recall search: %s",
+                               message_id, exc)
+        return await self.store.aput_vectors(resource_id, self.space, items) if items else 0
 
     async def _current(self, resource_id: str) -> Resident:
         """The resource's resident vectors, brought up to date with the store."""
@@ -230,7 +238,9 @@ def _candidates(
     if k <= 0:
         return np.zeros(0, np.intp), np.zeros(0, np.intp)
     bound = errors + np.float32(1e-6)  # every row: float32 rounding of its own score
-    lower = scores - bound
+    # a row whose score is NaN (a non-finite vector stored before they were refused) bounds
+    # nothing: as the k-th best it made the floor NaN, and no row compares >= NaN
+    lower = np.where(np.isfinite(scores) & np.isfinite(bound), scores - bound, -np.inf)
     floor = lower[np.argpartition(-lower, k - 1)[k - 1]]
     rows = np.flatnonzero((scores + bound >= floor) & np.isfinite(scores))
     return rows, np.flatnonzero(errors[rows] > 0)

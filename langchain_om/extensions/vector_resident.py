@@ -135,7 +135,8 @@ class Resident:
         rows = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), self.dim).astype(np.float32)
         norms = np.linalg.norm(rows, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        rows /= norms
+        with np.errstate(invalid="ignore"):  # a non-finite row (stored by an older version) stays NaN
+            rows /= norms
         last = self.blocks[-1] if self.blocks else None
         if last is None or not last.owned:
             last = _Block(self.size, np.empty((0, self.dim), dtype=np.float32), 0, True)
@@ -184,9 +185,14 @@ class Resident:
         ids = json.dumps([self.message_id(i) for i in range(first, end)]).encode()
         positions = self.positions[first:end]
         rows = np.concatenate(self._rows(first, end)) if n else np.zeros((0, self.dim), dtype=np.float64)
+        # a non-finite row (stored before they were refused) is kept as zero codes with a NaN scale:
+        # its score stays NaN, as the table's row scores, and no NaN is cast to int8
+        finite: npt.NDArray[np.bool_] = np.asarray(np.isfinite(rows).all(axis=1))
+        rows = np.where(finite[:, None], rows, 0.0)
         scale = np.abs(rows).max(axis=1) / 127 if n else np.zeros(0)
         scale[scale == 0] = 1.0
         codes = np.clip(np.rint(rows / scale[:, None]), -127, 127).astype(np.int8)
+        scale[~finite] = np.nan
         errors = np.linalg.norm(rows - codes.astype(np.float64) * scale.astype(np.float32)[:, None], axis=1)
         parts = [_HEADER.pack(_MAGIC, n, self.dim, len(threads), len(ids)), positions.astype("<i8").tobytes(),
                  ords.tobytes(), scale.astype("<f4").tobytes(), (errors * (1 + 1e-6)).astype("<f4").tobytes(),

@@ -129,7 +129,7 @@ def check_messages_json(messages: Any) -> list[tuple[NewMessage, str]]:
         check_id(item.id, f"{field}.id")
         _check_int(item.tokens, f"{field}.tokens")
         text = dumps(item.data, f"{field}.data")
-        detached = json.loads(text)  # what a JSON store gives back, and nothing shared with the caller
+        detached = loads(text)  # what a JSON store gives back, and nothing shared with the caller
         created = check_instant(item.created_at, f"{field}.created_at")
         result.append((item.model_copy(update={"data": detached, "created_at": created}), text))
     return result
@@ -196,7 +196,7 @@ def record_json(record: OMRecord) -> str:
 
 
 def record_from_json(text: str | bytes) -> OMRecord:
-    return OMRecord.model_validate(json.loads(text))
+    return OMRecord.model_validate(loads(text))
 
 
 # ---- migration 2: implicit resources ------------------------------------------------------
@@ -298,11 +298,47 @@ def from_iso(value: str) -> datetime:
 
 
 def dumps(value: Any, field: str) -> str:
-    """Strict JSON text (no NaN, no arbitrary objects); a bad value names the field."""
+    """Strict JSON text (no NaN, no arbitrary objects); a bad value names the field. ASCII (every
+    character outside it escaped), except a value ``loads`` could not get back from that: see
+    ``_EXACT_KEY``."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidStoreInput(field, f"must be JSON-serialisable ({exc})") from None
+    if (_ESCAPED_PAIR.search(text) is not None and _SPLIT_PAIR.search(_unescaped(value)) is not None) or (
+            isinstance(value, dict) and _EXACT_KEY in value and len(value) == 1):
+        return json.dumps({_EXACT_KEY: base64.b64encode(
+            _unescaped(value).encode("utf-8", "surrogatepass")).decode("ascii")}, separators=(",", ":"))
+    return text
+
+
+def loads(text: str | bytes) -> Any:
+    """The value ``dumps`` encoded, exactly."""
+    return unwrap_exact(json.loads(text))
+
+
+_EXACT_KEY = "__langchain_om_exact__"
+"""JSON cannot tell two lone surrogates that happen to form a pair (``"\ud83d\ude00"`` as two
+code points, as ``surrogatepass`` or CESU-8 decoding makes them) from the one character they
+encode: an ASCII escape writes both as ``\ud83d\ude00``, which every JSON parser reads as 😀.
+So a value holding such a pair is stored as ``{_EXACT_KEY: base64}`` of its JSON text with the
+characters left as they are, in UTF-8 with ``surrogatepass``; ``loads`` (and ``from_jsonb_safe``)
+read it back. A value that itself looks like that wrapper is wrapped too, so it round-trips."""
+_ESCAPED_PAIR = re.compile(r"\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}")
+"""A surrogate pair escape in ASCII JSON: a character past U+FFFF, or a split pair (rare: only
+then is the value encoded a second time, to tell which)."""
+_SPLIT_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _unescaped(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def unwrap_exact(value: Any) -> Any:
+    """``value`` itself, or what ``dumps`` wrapped in ``_EXACT_KEY``."""
+    if isinstance(value, dict) and len(value) == 1 and _EXACT_KEY in value:
+        return json.loads(base64.b64decode(value[_EXACT_KEY]).decode("utf-8", "surrogatepass"))
+    return value
 
 
 def check_update(update: Any) -> Callable[[Any], Any]:
@@ -313,7 +349,7 @@ def check_update(update: Any) -> Callable[[Any], Any]:
 
 def json_roundtrip(value: Any, field: str) -> Any:
     """What a JSON store would give back: validates the value and detaches it from the caller."""
-    return json.loads(dumps(value, field))
+    return loads(dumps(value, field))
 
 
 _WRAP_KEY = "__langchain_om_b64__"
@@ -340,9 +376,10 @@ def wrap_json_text(text: str) -> dict[str, str]:
 
 
 def from_jsonb_safe(value: Any) -> Any:
+    """A value read from a jsonb column, unwrapped (``to_jsonb_safe``, then ``_EXACT_KEY``)."""
     if is_wrapped(value):
-        return json.loads(base64.b64decode(value[_WRAP_KEY]).decode("ascii"))
-    return value
+        return loads(base64.b64decode(value[_WRAP_KEY]).decode("ascii"))
+    return unwrap_exact(value)
 
 
 def is_wrapped(value: Any) -> bool:

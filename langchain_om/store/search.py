@@ -15,6 +15,7 @@ never compared with each other.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import struct
 from collections.abc import Mapping, Sequence
@@ -188,10 +189,26 @@ def check_space(space: Any) -> str:
 
 
 def encode_vector(values: Sequence[float]) -> bytes:
-    """Little-endian float32 bytes of an embedding."""
+    """Little-endian float32 bytes of an embedding: finite numbers only (``finite_vector``)."""
     if not values or len(values) > MAX_VECTOR_DIM:
         raise InvalidStoreInput("vector", f"must have 1..{MAX_VECTOR_DIM} dimensions")
-    return struct.pack(f"<{len(values)}f", *values)
+    try:
+        blob = struct.pack(f"<{len(values)}f", *values)
+    except (OverflowError, struct.error, TypeError):
+        raise InvalidStoreInput("vector", "must hold numbers a float32 can hold") from None
+    if not finite_vector(blob):
+        raise InvalidStoreInput("vector", NON_FINITE)
+    return blob
+
+
+NON_FINITE = "must hold finite numbers (a NaN or an infinity is not a direction)"
+
+
+def finite_vector(blob: bytes) -> bool:
+    """Whether float32 bytes hold no NaN and no infinity. A stored vector must: its cosine with
+    any query is NaN, which the index can neither rank nor bound (one such vector made recall's
+    semantic search find nothing while a resource had fewer than k finite ones)."""
+    return all(map(math.isfinite, struct.unpack(f"<{len(blob) // 4}f", blob)))
 
 
 def decode_vector(blob: bytes) -> list[float]:
@@ -212,6 +229,8 @@ def check_vector_items(items: Any) -> list[VectorItem]:
         size = len(item.vector)
         if size == 0 or size % 4 or size // 4 > MAX_VECTOR_DIM:
             raise InvalidStoreInput(f"items[{index}].vector", "must be float32 bytes (encode_vector)")
+        if not finite_vector(item.vector):
+            raise InvalidStoreInput(f"items[{index}].vector", NON_FINITE)
         checked.append(item)
     return checked
 

@@ -8,7 +8,6 @@ message can never change what is stored, and the memory store behaves like SQLit
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -537,7 +536,7 @@ class InMemoryStore(MemoryThreadListing):
         slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
         with self._lock:
             text = self._kv.get(slot)
-        return json.loads(text) if text is not None else None
+        return u.loads(text) if text is not None else None
 
     async def aput_value(self, resource_id: str, namespace: str, key: str, value: Any) -> None:
         slot = (check_resource_id(resource_id), check_id(namespace, "namespace"), check_id(key, "key"))
@@ -551,7 +550,7 @@ class InMemoryStore(MemoryThreadListing):
         apply = u.check_update(update)
         with self._lock:
             text = self._kv.get(slot)
-            value = apply(json.loads(text) if text is not None else None)
+            value = apply(u.loads(text) if text is not None else None)
             text = u.dumps(value, "value")
             self._kv[slot] = text
-        return json.loads(text)
+        return u.loads(text)

@@ -14,7 +14,10 @@ Existing schemas get the table empty in the v7 migration; ``backfill_batch`` the
 stored messages in ``(thread_id, seq)`` order, one committed transaction per batch, with a
 bookmark in ``search_backfill``, so a worker killed half-way resumes where the last batch
 committed. One worker at a time backfills (a try-lock: the others go on serving). An entry is
-unique per message, so the backfill and a concurrent append never index one message twice.
+unique per message, so the backfill and a concurrent append never index one message twice. The
+batch locks the rows it indexes (``postgres/backfill``): an edit (``areplace_message`` updates its
+row first) or a thread delete (its messages go first) waits for the batch to commit and then
+replaces or deletes the entries it wrote, so no old text stays indexed.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sq
     await cur.execute(
         q(
             "SELECT resource_id, thread_id, seq, id, kind, data FROM {s}.messages "
-            "WHERE (thread_id, seq) > (%s, %s) ORDER BY thread_id, seq LIMIT %s"
+            "WHERE (thread_id, seq) > (%s, %s) ORDER BY thread_id, seq LIMIT %s FOR SHARE"
         ),
         (*mark, BACKFILL_BATCH),
     )

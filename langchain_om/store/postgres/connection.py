@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import _util as u
 from ..base import InvalidStoreInput, StoreError, check_id
 from . import fingerprints as postgres_fingerprints
+from .backfill import RETRYABLE
 from .cjk import backfill_batch
 from .schema import Cursor, migrate
 
@@ -102,9 +103,12 @@ class PostgresConnection:
                     for batch in (backfill_batch, postgres_fingerprints.backfill_batch):
                         done = False
                         while not done:
-                            async with conn.transaction():
-                                async with conn.cursor(row_factory=dict_row) as cur:
-                                    done = await batch(cur, self._q, self.schema)
+                            try:
+                                async with conn.transaction():
+                                    async with conn.cursor(row_factory=dict_row) as cur:
+                                        done = await batch(cur, self._q, self.schema)
+                            except RETRYABLE:
+                                await asyncio.sleep(0.05)  # a serving worker holds a row: let it finish
             except psycopg.Error as exc:
                 raise StoreError(f"PostgreSQL setup failed: {exc}") from exc
             self._setup_done = True

@@ -42,7 +42,7 @@ async def backfill_batch(cur: AsyncCursor[dict[str, Any]], q: Callable[[str], sq
         return True
     await cur.execute(
         q("SELECT thread_id, seq, data FROM {s}.messages WHERE (thread_id, seq) > (%s, %s) "
-          "ORDER BY thread_id, seq LIMIT %s"),
+          "ORDER BY thread_id, seq LIMIT %s FOR SHARE"),  # the rows read stay as read (postgres/backfill)
         (*mark, BACKFILL_BATCH),
     )
     rows = await cur.fetchall()

@@ -269,6 +269,11 @@ class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListi
             )
             if await cur.fetchone() is None:
                 return
+            # the messages before their index entries: a CJK backfill batch holding some of the rows
+            # (postgres/cjk) is waited for here, and the entries it wrote are then deleted below
+            await cur.execute(
+                self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
+            )
             for table in ("message_search", CJK_TABLE):
                 await cur.execute(
                     self._q(f"DELETE FROM {{s}}.{table} WHERE thread_id = %s AND resource_id = %s"),
@@ -280,9 +285,6 @@ class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListi
                 (thread_id, resource_id),
             )
             await self._count_vector_deletions(cur, resource_id, [int(r["pos"]) for r in await cur.fetchall()])
-            await cur.execute(
-                self._q("DELETE FROM {s}.messages WHERE thread_id = %s AND resource_id = %s"), (thread_id, resource_id)
-            )
             await cur.execute(
                 self._q("DELETE FROM {s}.records WHERE key = %s AND resource_id = %s"),
                 (record_key(resource_id, thread_id), resource_id),
@@ -426,9 +428,15 @@ class PostgresStore(PostgresHeadAppend, PostgresFieldLookup, PostgresThreadListi
         self, resource_id: str, thread_id: str, message_id: str, data: dict[str, Any], tokens: int
     ) -> bool:
         """Rewrite an unobserved message in place, with its index entry; its stored vectors are
-        dropped (the caller embeds the new text), so no search finds the old words."""
+        dropped (the caller embeds the new text), so no search finds the old words.
+
+        One transaction (the row, both keyword indexes, the vectors under their lock): a worker
+        killed half-way leaves the old text with its old entries, never the new text with the
+        old words indexed, which no later step would repair (the stored copy would already equal
+        the caller's). The row is updated first, so its row lock orders the edit against the
+        CJK backfill (``postgres/cjk``), which locks the rows it indexes."""
         resource_id, thread_id, new, _text = u.check_replacement(resource_id, thread_id, message_id, data, tokens)
-        async with self._one() as cur:
+        async with self._tx() as cur:
             await cur.execute(
                 self._q(
                     "UPDATE {s}.messages SET data = %s, tokens = %s, fingerprint = %s WHERE resource_id = %s "

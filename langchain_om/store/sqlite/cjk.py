@@ -17,9 +17,9 @@ where the last batch committed. Messages appended meanwhile go through the keywo
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
+from .. import _util as u
 from ..cjk import cjk_index_text
 from ..search import scope_token, search_text
 from .backfill import sqlite_bookmark, sqlite_pending
@@ -102,7 +102,7 @@ def backfill_batch(conn: sqlite3.Connection) -> bool:
         (after, high, BACKFILL_BATCH),
     ).fetchall()
     for _rowid, resource_id, thread_id, message_id, kind, data in rows:
-        if text := search_text(json.loads(data), kind):
+        if text := search_text(u.loads(data), kind):
             index_cjk_message(conn, search_scope(resource_id, thread_id), thread_id, message_id, text)
     done = len(rows) < BACKFILL_BATCH
     conn.execute(

@@ -20,11 +20,11 @@ neither changes, and holds at most ``INDEX_BATCH`` rows, so reading it is a few 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from .. import _util as u
 from ..search import scope_token, search_text
 from .cjk import index_cjk_message, replace_cjk_message, search_scope
 
@@ -74,7 +74,7 @@ def index_queued(conn: sqlite3.Connection) -> None:
     ).fetchall()
     entries: list[tuple[str, str, str, str]] = []
     for resource_id, thread_id, message_id, kind, data in rows:
-        if text := search_text(json.loads(data), kind):
+        if text := search_text(u.loads(data), kind):
             entries.append((text, search_scope(resource_id, thread_id), thread_id, message_id))
     _index(conn, entries)
     conn.execute("DELETE FROM keyword_pending")

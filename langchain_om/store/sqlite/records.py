@@ -8,7 +8,6 @@ commit flushed with ``synchronous = FULL`` (see ``sqlite/store.py``'s docstring)
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
@@ -230,7 +229,7 @@ class SQLiteRecords(SQLiteConnection):
             row = conn.execute(
                 "SELECT value FROM kv WHERE resource_id = ? AND namespace = ? AND key = ?", slot
             ).fetchone()
-            return json.loads(row[0]) if row is not None else None
+            return u.loads(row[0]) if row is not None else None
 
         return await self._run_inline(run)
 
@@ -260,13 +259,13 @@ class SQLiteRecords(SQLiteConnection):
                 row = conn.execute(
                     "SELECT value FROM kv WHERE resource_id = ? AND namespace = ? AND key = ?", slot
                 ).fetchone()
-                text = u.dumps(apply(json.loads(row[0]) if row is not None else None), "value")
+                text = u.dumps(apply(u.loads(row[0]) if row is not None else None), "value")
                 conn.execute(
                     "INSERT INTO kv (resource_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?) "
                     "ON CONFLICT (resource_id, namespace, key) DO UPDATE SET "
                     "value = excluded.value, updated_at = excluded.updated_at",
                     (*slot, text, u.iso(utcnow())),
                 )
-                return json.loads(text)
+                return u.loads(text)
 
         return await self._run(run)

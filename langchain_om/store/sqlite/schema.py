@@ -9,7 +9,6 @@ runs inside the caller's write transaction, so a crash leaves the file at its ol
 from __future__ import annotations
 
 import functools
-import json
 import sqlite3
 from collections.abc import Callable
 
@@ -92,7 +91,7 @@ def _move_implicit_resources(conn: sqlite3.Connection) -> None:
     ).fetchall()
     for key, resource_id, record_thread, body in records:  # bodies name their resource too
         private = IMPLICIT_RESOURCE_PREFIX + resource_id
-        moved = u.record_body_for_resource(json.loads(body), private)
+        moved = u.record_body_for_resource(u.loads(body), private)
         conn.execute(
             "UPDATE records SET key = ?, resource_id = ?, body = ? WHERE key = ?",
             (record_key(private, record_thread), private, u.dumps(moved, "record"), key),
@@ -166,7 +165,7 @@ def create_search_index(conn: sqlite3.Connection) -> None:
             [
                 (text, search_scope(row[0], row[1]), row[1], row[2])
                 for row in batch
-                if (text := search_text(json.loads(row[4]), row[3]))
+                if (text := search_text(u.loads(row[4]), row[3]))
             ],
         )
 

@@ -35,7 +35,6 @@ hold a concept of their own; ``store/sqlite/__init__.py`` lists them.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -101,7 +100,7 @@ def _thread(row: sqlite3.Row) -> ThreadInfo:
         title=row["title"],
         created_at=u.from_iso(row["created_at"]),
         updated_at=u.from_iso(row["updated_at"]),
-        metadata=json.loads(row["metadata"]),
+        metadata=u.loads(row["metadata"]),
     )
 
 
@@ -111,7 +110,7 @@ def _message(row: sqlite3.Row) -> StoredMessage:
         thread_id=row["thread_id"],
         resource_id=row["resource_id"],
         seq=row["seq"],
-        data=json.loads(row["data"]),
+        data=u.loads(row["data"]),
         tokens=row["tokens"],
         created_at=u.from_iso(row["created_at"]),
         kind=row["kind"],
