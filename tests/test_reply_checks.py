@@ -282,3 +282,18 @@ async def test_a_reflection_that_lost_the_facts_is_not_committed_end_to_end() ->
     assert record.generation_count == 0 and "AB1029" in record.observations
     failed = [e for e in of(events, "data-om-observation-failed") if e.data.operation_type == "reflection"]
     assert failed and "lost most of the user's facts" in failed[0].data.error
+
+
+def test_a_reflection_cut_to_its_target_keeps_facts_in_proportion_and_passes() -> None:
+    """A target can ask for half the log: the Reflector then lets the older 🔴 detail go (its
+    prompt's conflict order). Facts kept in proportion to the length kept pass; the same length
+    spent on generalities does not."""
+    log = "Date: 2026-03-02 (Monday)\n" + "\n".join(
+        f"* 🔴 (09:{i:02d}) User noted booking code AB{1000 + i} for Kyoto day {i}." for i in range(20))
+    kept_half = "Date: 2026-03-02 (Monday)\n" + "\n".join(
+        f"* 🔴 (09:{i:02d}) User noted booking code AB{1000 + i} for Kyoto day {i}." for i in range(10, 20))
+    check_reflection(log, kept_half)
+    vague = "Date: 2026-03-02 (Monday)\n" + "\n".join(
+        "* 🔴 (09:00) User noted several booking codes for the Kyoto part of the trip." for _ in range(10))
+    with pytest.raises(UnusableReply, match="facts"):
+        check_reflection(log, vague)

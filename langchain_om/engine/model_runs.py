@@ -164,7 +164,7 @@ async def arun_observer(
         if not buffering:
             failure_policy.raise_if_configured(core.config, exc)
             if trigger == "turn-sync":
-                core.observer_backoff.failed(step.key)
+                core.observer_backoff.failed(step.key, failure_policy.failure_reason(exc))
         return None
     core.observer_backoff.succeeded(step.key)
     result.cycle_id = cycle_id

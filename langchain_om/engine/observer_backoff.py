@@ -32,6 +32,7 @@ class _Failing:
     failures: int
     skipped: int
     since: float
+    error: str
 
 
 class ObserverBackoff:
@@ -52,13 +53,15 @@ class ObserverBackoff:
         state.skipped += 1
         return (f"skipped: the Observer failed {state.failures} times in a row; this thread skips the "
                 f"synchronous observation for {turns} turn{'s' if turns > 1 else ''} "
-                f"({state.skipped} of {turns}) so no turn waits on it")
+                f"({state.skipped} of {turns}) so no turn waits on it"
+                + (f"; last error: {state.error}" if state.error else ""))
 
-    def failed(self, key: str) -> None:
-        """Count a failed synchronous observation (the next pause starts now)."""
+    def failed(self, key: str, error: str = "") -> None:
+        """Count a failed synchronous observation (the next pause starts now); ``error`` is its
+        one-line reason, repeated on the skipped turns so the status still says what is wrong."""
         state = self._failing.pop(key, None)
         failures = 1 if state is None else state.failures + 1
-        self._failing[key] = _Failing(failures, 0, time.monotonic())
+        self._failing[key] = _Failing(failures, 0, time.monotonic(), error)
         while len(self._failing) > self._limit:
             self._failing.popitem(last=False)
 

@@ -38,8 +38,13 @@ __all__ = [
 ]
 
 FACTS_KEPT_MIN = 0.5
-"""Share of the input's 🔴 facts (numbers, names) a reflection must keep: the prompt asks for all
-of them; under half means the model rewrote the log into something else, not a shorter log."""
+"""Share of the input's 🔴 facts (numbers, names) a reflection of the input's length must keep:
+under half means the model rewrote the log into something else, not a shorter log. A shorter
+reflection is held to the same share of what its length could hold (``SHRINK_FLOOR``)."""
+SHRINK_FLOOR = 0.25
+"""The length ratio below which a reflection is judged as if it were this long: a target can ask
+for a log half as long (the Reflector then lets older 🔴 detail go, as its prompt orders), but a
+one-line "summary" of a long log never passes for a compliant cut."""
 FACTS_CHECKED_FROM = 4
 """Fewer distinct facts than this in the input are too few to judge a share by."""
 ECHO_SHARE = 0.5
@@ -292,7 +297,8 @@ def log_dates(log: str) -> set[str]:
 
 
 def check_reflection(source: str, reflection: str) -> None:
-    """Refuse (``UnusableReply``) a reflection that lost the log's dates or most of its 🔴 facts."""
+    """Refuse (``UnusableReply``) a reflection that lost the log's dates, or its 🔴 facts out of
+    proportion to the length it kept."""
     before = {d for d in map(_header_day, filter(_HEADER.match, source.splitlines())) if d is not None}
     after = {d for d in map(_header_day, filter(_HEADER.match, reflection.splitlines())) if d is not None}
     if before and not after:
@@ -302,8 +308,13 @@ def check_reflection(source: str, reflection: str) -> None:
     facts = _red_facts(source)
     if len(facts) < FACTS_CHECKED_FROM:
         return
-    flat = reflection.replace(",", "")
-    kept = sum(1 for fact in facts if fact in flat)
-    if kept < FACTS_KEPT_MIN * len(facts):
+    notes = "\n".join(line for line in reflection.splitlines() if not _HEADER.match(line))
+    kept = sum(1 for fact in facts if fact in notes.replace(",", ""))
+    # facts are judged against the length kept: a cut to the target keeps them in proportion,
+    # a rewrite into generalities does not (its facts per character fall far below the log's);
+    # headers count in neither (their dates would match a log's small numbers)
+    source_notes = "\n".join(line for line in source.splitlines() if not _HEADER.match(line))
+    shrink = max(SHRINK_FLOOR, min(1.0, len(notes) / max(1, len(source_notes))))
+    if kept < FACTS_KEPT_MIN * shrink * len(facts):
         raise UnusableReply(f"the reflection lost most of the user's facts (kept {kept} of the {len(facts)} "
                             "numbers and names of the log's 🔴 lines)")
