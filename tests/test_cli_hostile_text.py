@@ -156,3 +156,31 @@ def test_visible_shows_every_control_and_keeps_text() -> None:
     assert visible("東京 [/] café 🙂") == "東京 [/] café 🙂"
     assert visible("a\x1b]0;t\x07\x9b\x7f\u2028\n\t\ud800") == "a\\x1b]0;t\\x07\\x9b\\x7f\\u2028\\n\\t\\ud800"
     assert visible("line one\n\tline two\x1b[2J", keep_lines=True) == "line one\n\tline two\\x1b[2J"
+
+
+def test_json_output_escapes_lone_surrogates_for_a_strict_utf8_stream(tmp_path: Path) -> None:
+    """``--json`` keeps the exact text: a lone surrogate in stored metadata is written as its JSON escape
+    (it crashed a strict UTF-8 stdout, or came out as a raw byte that is not UTF-8)."""
+    db = tmp_path / "om.db"
+
+    async def add() -> None:
+        store = SQLiteStore(str(db))
+        await store.asetup()
+        try:
+            await store.aensure_thread(implicit_resource("s[/]"), "s[/]", title="題名",
+                                       metadata={"file": "report-\udcff.txt", "日本語": "東京\udc80"})
+        finally:
+            await store.aclose()
+
+    asyncio.run(add())
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), PYTHONIOENCODING="utf-8:strict")
+    for args in (["inspect", "s[/]", "--json"], ["threads", "--json"]):
+        done = subprocess.run([sys.executable, "-m", "langchain_om", *args, "--db", str(db)], env=env,
+                              capture_output=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+        payload = json.loads(done.stdout.decode("utf-8"))  # strict: the bytes are UTF-8
+        if args[0] == "inspect":
+            assert payload["thread"]["metadata"] == {"file": "report-\udcff.txt", "日本語": "東京\udc80"}
+        else:
+            assert [t["title"] for t in payload["threads"]] == ["題名"]

@@ -22,7 +22,7 @@ from rich.text import Text
 from ..store.base import StoreError
 from .db import check_db_path
 from .forks import add_fork_arguments, branch_ids, fork_target
-from .literal import literal
+from .literal import json_text, literal
 from .threads import add_threads_parser, closest_thread_ids, cmd_threads
 
 EXIT_OK = 0
@@ -341,7 +341,7 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
                 "shown": {"branch": target.thread.split("branch:", 1)[1] if target.thread != args.thread_id else None,
                           "checkpoint": args.checkpoint},
             }
-            sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(payload) + "\n")
             return EXIT_OK
         _print_inspection(console, thread, record, status, total, scope, last)
         _print_forks(console, args, target.thread, forks)

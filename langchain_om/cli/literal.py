@@ -9,7 +9,9 @@ command prints such text through ``literal`` (or ``visible`` where it builds its
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from rich.text import Text
 
@@ -35,3 +37,14 @@ def literal(text: object, *, style: str = "", keep_lines: bool = False) -> Text:
     """A Rich ``Text`` of ``text`` made visible: Rich never reads markup in it (``[/]`` is printed as
     it is) and the terminal never receives a control character from it."""
     return Text(visible(str(text), keep_lines=keep_lines), style=style)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(payload: Any) -> str:
+    """``--json`` output: indented, non-ASCII kept readable, and every lone surrogate written as its
+    ``\\uXXXX`` escape (valid JSON that reads back as the same string), never as a raw code point
+    that no UTF-8 stream can hold."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    return _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)

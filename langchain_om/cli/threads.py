@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from .literal import literal
+from .literal import json_text, literal
 
 SUGGESTION_SCAN = 5000
 """Thread ids read (by key, newest activity first) to look for the closest ones to a missing id."""
@@ -43,7 +42,7 @@ async def cmd_threads(args: argparse.Namespace, db: str, console: Console) -> in
         await store.aclose()
     if args.json:
         payload = {"threads": [s.model_dump(mode="json") for s in summaries], "more": more}
-        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(payload) + "\n")
         return 0
     owner = f"resource {args.resource!r}" if args.resource else "threads without a resource"
     if not summaries:
