@@ -184,3 +184,28 @@ def test_json_output_escapes_lone_surrogates_for_a_strict_utf8_stream(tmp_path: 
             assert payload["thread"]["metadata"] == {"file": "report-\udcff.txt", "日本語": "東京\udc80"}
         else:
             assert [t["title"] for t in payload["threads"]] == ["題名"]
+
+
+def test_the_console_handler_shows_a_hostile_title_literally() -> None:
+    """``OMConsoleHandler`` prints the Observer's proposed title: ``[/]`` in it raised MarkupError inside
+    the callback, and its escape sequences reached the terminal raw."""
+    import io
+
+    from rich.console import Console
+
+    from langchain_om.foundation.events import ThreadUpdateData, ThreadUpdateEvent
+    from langchain_om.integrations.callbacks import OMConsoleHandler
+
+    title = "旅行[/]計画 " + RETITLE + CLEAR
+    event = ThreadUpdateEvent(data=ThreadUpdateData(cycle_id="c1", thread_id="t", new_title=title,
+                                                    timestamp="2026-12-05T09:00:00Z"))
+    out = io.StringIO()
+    OMConsoleHandler(Console(file=out, width=200, color_system=None)).handle(event)  # a log, not a terminal
+    assert out.getvalue() == f"✎ thread title: {visible(title)}\n"
+    console = Console(file=io.StringIO(), width=200, force_terminal=True, record=True, color_system=None)
+    with OMConsoleHandler(console) as live:  # the live panel
+        live.handle(event)
+    console.print(live.render())
+    shown = console.export_text()
+    assert visible(title) in shown
+    _assert_no_raw_controls(shown)
