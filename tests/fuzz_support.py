@@ -66,9 +66,12 @@ HOSTILE = [
     HUGE,
     "split \ud83d\ude00 pair 猫",  # two lone surrogates that happen to form a pair (CESU-8 / surrogatepass)
     "an embedder glitch " + GLITCH,  # embedded as NaN (``BagOfWords``)
+    "[/] [bold red]東京[/] [link=https://x.test]click[/link] [",  # Rich markup: the CLI must print it as typed
+    "\x1b]0;pwned\x07\x1b[2J\x9b31m\r\x08 title",  # terminal escapes: set the title, clear, C1 CSI
 ]
 HOSTILE_NAMES = ["empty", "nul", "nul-inside", "lone-surrogate", "half-pair", "japanese", "emoji", "markup",
-                 "query-syntax", "whitespace", "huge", "split-pair", "nan-embedding"]
+                 "query-syntax", "whitespace", "huge", "split-pair", "nan-embedding", "rich-markup",
+                 "terminal-escape"]
 hostile_text = st.one_of(st.sampled_from(HOSTILE_NAMES), st.text(max_size=40).map(lambda t: "text:" + t))
 """Names (so a failing example prints ``text='huge'``, not 25k characters); ``hostile`` gives the text."""
 
@@ -271,6 +274,37 @@ def current_sections(recall_output: str) -> str:
     """The part of a recall search result that is labelled as the current thread."""
     sections = recall_output.split("Thread ")
     return "\n".join(s for s in sections if "← current" in s.split("\n", 1)[0])
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    """``langchain-om ARGV`` in this process, as an operator's terminal receives it (wide, no colour):
+    the exit code, stdout and stderr."""
+    import contextlib
+    import io
+
+    from langchain_om.cli.commands import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {name: os.environ.get(name) for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    os.environ.update({"COLUMNS": "100000"})
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        os.environ.pop(name, None)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(argv))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return code, out.getvalue(), err.getvalue()
+
+
+def terminal_unsafe(text: str) -> list[str]:
+    """What a terminal must never receive from stored text: control characters (newline aside; Rich
+    writes no colour codes to a captured stream) and lone surrogates (unencodable)."""
+    return sorted({c for c in text if (c < " " and c != "\n") or "\x7f" <= c <= "\x9f" or "\ud800" <= c <= "\udfff"})
 
 
 def run(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:

@@ -7,7 +7,8 @@ markup), a failing or looping Observer, restarts on the same store and a second 
 
 * ``AprocessMachine`` drives ``ObservationalMemory.aprocess`` as a caller does (the whole history,
   only the new messages, or the same step again) on the in-memory store, SQLite and (when
-  ``LANGCHAIN_OM_TEST_PG_DSN`` is set) PostgreSQL;
+  ``LANGCHAIN_OM_TEST_PG_DSN`` is set) PostgreSQL; on SQLite the operator also runs
+  ``langchain-om threads`` / ``inspect`` on the live file after a hostile title (issue 44);
 * ``AgentMachine`` drives ``create_agent`` + ``ObservationalMemoryMiddleware`` with a checkpointer,
   and adds forks and replays from past checkpoints (time travel) and recall search after them.
 
@@ -25,6 +26,7 @@ for the long run (docs/testing.md).
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, ClassVar
 
 import pytest
@@ -34,6 +36,7 @@ from fuzz_support import (
     BagOfWords,
     StoreOpener,
     SwitchableObserver,
+    cli,
     current_sections,
     downgrade_postgres_to_v6,
     fuzz_settings,
@@ -45,6 +48,7 @@ from fuzz_support import (
     required_ids,
     run,
     store_kinds,
+    terminal_unsafe,
     text_of,
     tool_result,
     upgrade_while_serving,
@@ -53,6 +57,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from langchain_om.cli.literal import visible
 from langchain_om.engine import ObservationalMemory
 from langchain_om.engine.state import OMContext
 from langchain_om.extensions.recall.indexing import stored_index
@@ -250,6 +255,27 @@ class AprocessMachine(RuleBasedStateMachine):
     @rule(mode=st.sampled_from(["ok", "ok", "fail", "loop"]))
     def observer_changes(self, mode: str) -> None:
         self.observer.mode = mode
+
+    @precondition(lambda self: self.kind == "sqlite" and bool(self.history))
+    @rule(title=st.one_of(st.sampled_from(["rich-markup", "terminal-escape"]), hostile_text))
+    def operator_inspects_the_thread(self, title: str) -> None:
+        """``langchain-om threads`` / ``inspect`` on the live file, after a hostile title: every stored
+        text (title, current task, hints, the log) printed literally, nothing raw for the terminal."""
+        assert self.opener.folder is not None
+        db = os.path.join(self.opener.folder, "om.db")
+        text = hostile(title).replace("\x00", "")[:200]  # titles refuse NUL (a clear error) and long text
+        run(self.loop, self.om.store.aupdate_thread(RESOURCE, THREAD, title=text or None))
+        record = run(self.loop, self.om.store.aget_record(RESOURCE, THREAD))
+        for argv in (["threads", "--resource", RESOURCE], ["inspect", THREAD, "--resource", RESOURCE]):
+            code, out, err = cli(*argv, "--db", db)
+            assert code == 0, (argv, err)
+            assert not terminal_unsafe(out + err), (argv, terminal_unsafe(out + err))
+            stored = run(self.loop, self.om.store.aget_thread(RESOURCE, THREAD))
+            assert stored is not None
+            if stored.title and stored.title.strip():
+                assert visible(stored.title) in out, (argv, stored.title)
+            if argv[0] == "inspect" and record is not None and record.current_task:
+                assert visible(record.current_task) in out, record.current_task
 
     @rule()
     def background_work_settles(self) -> None:

@@ -9,6 +9,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -64,3 +65,43 @@ def test_build_twine_check_and_a_clean_venv_runs_the_demo(tmp_path: Path) -> Non
     assert "What OM did" in demo.stdout and "Final observation log" in demo.stdout
     shown = _run(cli, "inspect", "demo-trip", "--db", "trip.db", "--json", cwd=tmp_path, env=env)
     assert '"stored_messages"' in shown.stdout
+
+
+STRAYS = (
+    "langchain_om.db", "om.db-wal", "examples/chat.sqlite", "tests/scratch.sqlite3", "benchmarks/load.db-shm",
+    ".langgraph_api/.langgraph_checkpoint.1.pckl", "examples/langgraph_app/.langgraph_api/store.pckl",
+    ".env", "examples/.env", "notes.txt", ".hypothesis/examples/x", ".pytest_cache/v/cache/lastfailed",
+    "langchain_om/__pycache__/config.cpython-311.pyc", "benchmarks/results/load.json",
+    "notebooks/.ipynb_checkpoints/quickstart-checkpoint.ipynb", "dist/old.tar.gz",
+)
+"""What a used checkout grows: test and demo databases, the dev server's saved conversations
+(``langgraph dev`` writes ``.langgraph_api/``), secrets, notes, caches, old builds."""
+
+
+def test_the_sdist_of_a_used_checkout_holds_exactly_the_tracked_files(tmp_path: Path) -> None:
+    """Issue 44, item 9: built from a used checkout, the sdist held local databases and the dev server's
+    saved conversations. Built from a copy of the tracked files plus such strays, it holds the tracked
+    files and nothing else."""
+    pytest.importorskip("build", reason='the test extra has it: pip install -e ".[test]"')
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout (an unpacked sdist): nothing to compare with")
+    tracked = sorted(name for name in listed.stdout.decode("utf-8").split("\0") if name)
+    used = tmp_path / "checkout"
+    for name in tracked:
+        if (ROOT / name).is_file():  # a file deleted in the work tree but still tracked is not built
+            (used / name).parent.mkdir(parents=True, exist_ok=True)
+            (used / name).write_bytes((ROOT / name).read_bytes())
+    for name in STRAYS:
+        (used / name).parent.mkdir(parents=True, exist_ok=True)
+        (used / name).write_text("local state, not the project\n", encoding="utf-8")
+    dist = tmp_path / "dist"
+    _run(sys.executable, "-m", "build", "--sdist", "--outdir", dist, used, cwd=tmp_path)
+    (sdist,) = dist.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = sorted(member.name.split("/", 1)[1] for member in archive.getmembers() if member.isfile())
+    present = [name for name in tracked if (ROOT / name).is_file()]
+    assert sorted({*names} - {"PKG-INFO"}) == present, {
+        "stray files in the sdist": sorted({*names} - {*present, "PKG-INFO"}),
+        "tracked files missing (add their top-level path to only-include)": sorted({*present} - {*names}),
+    }

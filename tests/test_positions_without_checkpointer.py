@@ -104,3 +104,34 @@ def test_is_checkpointed_reads_the_checkpointer_langgraph_hands_each_node() -> N
     assert not is_checkpointed({"configurable": {"__pregel_checkpointer": None}})
     assert not is_checkpointed({"configurable": {"thread_id": "t"}})
     assert not is_checkpointed(None)
+
+
+async def test_inspecting_a_position_of_a_run_without_a_checkpointer_reads_its_own_snapshot(store: OMStore) -> None:
+    """Issue 44, item 5: ``aget_record(checkpoint=...)`` read only the store's snapshots, so for a run
+    without a checkpointer it showed the newest record as the state's. It now reads the snapshot the
+    state names where the process keeps it, and says so where none exists (another process)."""
+    from langchain_om.extensions.checkpoint_view import CheckpointPositionError
+
+    om = make_om(store)
+    agent = create_agent(ScriptedAgentModel(), [], middleware=[ObservationalMemoryMiddleware(om)])
+    config: Any = {"configurable": {"thread_id": "t-see", "resource_id": "u-see"}}
+    states, records = [], []
+    for index, text in enumerate(TURNS):
+        states.append(await agent.ainvoke({"messages": [HumanMessage(text, id=f"s{index}")]}, config))
+        records.append(await om.aget_record("t-see", resource_id="u-see"))
+    early = next(i for i, r in enumerate(records) if r.observations)  # the first observed state
+    assert records[-1].version > records[early].version and "京都" in records[-1].observations
+    assert "京都" not in records[early].observations
+    for index in (early, len(TURNS) - 1):
+        shown = await om.aget_record("t-see", resource_id="u-see", checkpoint=states[index])
+        assert shown == records[index], f"turn {index}: the state's own memory, not the newest"
+        status = await om.astatus("t-see", resource_id="u-see", checkpoint=states[index])
+        assert status.windows.active.observations.tokens == records[index].observation_tokens
+    # another process never saw the run: the branch's record is still the newest state's, but an
+    # earlier state's memory is nowhere, and it says so instead of showing the newest
+    elsewhere = make_om(store)
+    assert await elsewhere.aget_record("t-see", resource_id="u-see", checkpoint=states[-1]) == records[-1]
+    with pytest.raises(CheckpointPositionError, match=r"checkpoint: .*not available.*without a checkpointer"):
+        await elsewhere.aget_record("t-see", resource_id="u-see", checkpoint=states[early])
+    await om.aclose()
+    await elsewhere.aclose()

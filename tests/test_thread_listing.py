@@ -86,6 +86,42 @@ async def test_bad_listing_arguments_name_the_field(store: OMStore) -> None:
         await store.alist_thread_summaries("alice", limit=0)
 
 
+async def test_hostile_cursors_are_refused_alike_by_every_store(store: OMStore) -> None:
+    """Issue 44, item 7: a cursor is the caller's to build or edit. A date at the calendar's ends gave a
+    bare OverflowError, a NUL in its thread id a generic StoreError on PostgreSQL and a normal page on
+    the others; now every store refuses both with ``InvalidStoreInput`` naming ``after``."""
+    from datetime import datetime, timedelta, timezone
+
+    for i in range(3):
+        await store.aappend_messages("alice", f"旅-{i}", [message(f"m{i}", "こんにちは")])
+    om = ObservationalMemory(store, model=ScriptedObserverModel())
+    (newest, *older) = await om.alist_threads("alice", limit=3)
+    east, west = timezone(timedelta(hours=14)), timezone(timedelta(hours=-14))
+    hostile = {
+        "year 1 at +14:00": {"last_activity": datetime.min.replace(tzinfo=east)},
+        "year 9999 at -14:00": {"last_activity": datetime.max.replace(tzinfo=west)},
+        "NUL in the id": {"thread_id": "旅-1\x00"},
+        "unit separator in the id": {"thread_id": "a\x1fb"},
+        "lone surrogate in the id": {"thread_id": "旅\udc80"},
+        "empty id": {"thread_id": ""},
+        "resource-scope key as id": {"thread_id": "*"},
+        "id over 512 characters": {"thread_id": "x" * 513},
+    }
+    for case, change in hostile.items():
+        cursor = newest.model_copy(update=change)
+        for listing in (om.alist_threads("alice", after=cursor), store.alist_thread_summaries("alice", after=cursor)):
+            with pytest.raises(InvalidStoreInput) as caught:
+                await listing
+            assert caught.value.field == "after", (case, caught.value)
+    # the calendar's own ends are valid keys: everything is older than the last instant, nothing older than the first
+    latest = newest.model_copy(update={"last_activity": datetime.max.replace(tzinfo=timezone.utc)})
+    earliest = newest.model_copy(update={"last_activity": datetime.min})  # naive: UTC
+    assert [s.thread_id for s in await om.alist_threads("alice", after=latest)] == \
+        [s.thread_id for s in (newest, *older)]
+    assert await om.alist_threads("alice", after=earliest) == []
+    assert await om.alist_threads("alice", after=newest) == older
+
+
 def test_agent_threads_are_found_through_om_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "om.db")
     om = ObservationalMemory(SQLiteStore(db), model=ScriptedObserverModel(), token_counter="estimator")

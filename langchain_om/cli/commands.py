@@ -17,10 +17,12 @@ from typing import Any, Literal, NoReturn
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..store.base import StoreError
 from .db import check_db_path
 from .forks import add_fork_arguments, branch_ids, fork_target
+from .literal import json_text, literal
 from .threads import add_threads_parser, closest_thread_ids, cmd_threads
 
 EXIT_OK = 0
@@ -161,8 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error(message: str) -> int:
-    """One line on stderr, never wrapped, and the error exit code."""
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}", highlight=False)
+    """One line on stderr, never wrapped, and the error exit code. The message often quotes stored text
+    or an argument (a thread id): it is printed literally, never read as markup or sent raw."""
+    Console(stderr=True, soft_wrap=True).print(Text.assemble(("error:", "red"), " ", literal(message)))
     return EXIT_ERROR
 
 
@@ -338,7 +341,7 @@ async def _cmd_inspect(args: argparse.Namespace, db: str, console: Console) -> i
                 "shown": {"branch": target.thread.split("branch:", 1)[1] if target.thread != args.thread_id else None,
                           "checkpoint": args.checkpoint},
             }
-            sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(payload) + "\n")
             return EXIT_OK
         _print_inspection(console, thread, record, status, total, scope, last)
         _print_forks(console, args, target.thread, forks)
@@ -366,34 +369,38 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
                       last: dict[str, Any] | None) -> None:
     active = status.windows.active
     buffered = status.windows.buffered
-    head = Table(title=f"Thread {thread.thread_id} (resource {thread.resource_id})", show_header=False)
-    head.add_row("title", thread.title or "-")
-    head.add_row("scope", scope)
-    head.add_row("record", f"{record.id} (version {record.version})")
-    head.add_row("generation", str(record.generation_count))
-    head.add_row("stored messages", str(total))
-    head.add_row("last observed message",
-                 f"{last['id']} (seq {last['seq']}), sent {last['sent']}" if last else "- (nothing observed yet)")
-    head.add_row("messages window", f"{active.messages.tokens} / {active.messages.threshold} tokens")
-    head.add_row("observations window", f"{active.observations.tokens} / {active.observations.threshold} tokens")
-    head.add_row("buffered observations",
-                 f"{buffered.observations.chunks} chunk(s), {buffered.observations.message_tokens} message tokens, "
-                 f"{buffered.observations.observation_tokens} observation tokens ({buffered.observations.status})")
-    head.add_row("buffered reflection",
-                 f"{buffered.reflection.input_observation_tokens} -> {buffered.reflection.observation_tokens} tokens "
-                 f"({buffered.reflection.status})")
-    head.add_row("tokenizer", str(status.tokenizer))
-    head.add_row("OM model spend", _spend_line(status.spend))
-    head.add_row("current task", record.current_task or "-")
-    head.add_row("suggested response", record.suggested_response or "-")
+    head = Table(title=literal(f"Thread {thread.thread_id} (resource {thread.resource_id})"), show_header=False)
+
+    def row(name: str, value: object) -> None:
+        head.add_row(name, literal(value))  # ids, titles and the hints are stored text: never markup
+
+    row("title", thread.title or "-")
+    row("scope", scope)
+    row("record", f"{record.id} (version {record.version})")
+    row("generation", record.generation_count)
+    row("stored messages", total)
+    row("last observed message",
+        f"{last['id']} (seq {last['seq']}), sent {last['sent']}" if last else "- (nothing observed yet)")
+    row("messages window", f"{active.messages.tokens} / {active.messages.threshold} tokens")
+    row("observations window", f"{active.observations.tokens} / {active.observations.threshold} tokens")
+    row("buffered observations",
+        f"{buffered.observations.chunks} chunk(s), {buffered.observations.message_tokens} message tokens, "
+        f"{buffered.observations.observation_tokens} observation tokens ({buffered.observations.status})")
+    row("buffered reflection",
+        f"{buffered.reflection.input_observation_tokens} -> {buffered.reflection.observation_tokens} tokens "
+        f"({buffered.reflection.status})")
+    row("tokenizer", status.tokenizer)
+    row("OM model spend", _spend_line(status.spend))
+    row("current task", record.current_task or "-")
+    row("suggested response", record.suggested_response or "-")
     console.print(head)
 
     groups = Table(title=f"Observation groups ({len(record.groups)})")
     for column in ("#", "range (message ids)", "source", "gen", "tokens", "created"):
         groups.add_column(column)
     for index, group in enumerate(record.groups, 1):
-        groups.add_row(str(index), f"{group.start_id} .. {group.end_id}", group.source, str(group.generation),
-                       str(group.tokens), group.created_at.strftime("%Y-%m-%d %H:%M UTC"))
+        groups.add_row(str(index), literal(f"{group.start_id} .. {group.end_id}"), literal(group.source),
+                       str(group.generation), str(group.tokens), group.created_at.strftime("%Y-%m-%d %H:%M UTC"))
     console.print(groups)
     if record.buffered_chunks:
         chunks = Table(title="Buffered chunks (waiting for activation)")
@@ -406,17 +413,17 @@ def _print_inspection(console: Console, thread: Any, record: Any, status: Any, t
     metadata = {k: v for k, v in record.metadata.items() if k not in ("current_task", "suggested_response")}
     if metadata:
         console.print("[bold]metadata[/bold]")
-        console.print_json(json.dumps(metadata, default=str, ensure_ascii=False))
+        console.print(literal(json.dumps(metadata, default=str, ensure_ascii=False, indent=2), keep_lines=True))
     console.print("[bold]Observation log[/bold]")
-    console.print(record.observations or "(empty)", markup=False, highlight=False)
+    console.print(literal(record.observations or "(empty)", keep_lines=True))
 
 
 def _print_forks(console: Console, args: argparse.Namespace, shown: str, forks: list[str]) -> None:
     if shown != args.thread_id:
         what = f"checkpoint {args.checkpoint}" if args.checkpoint else f"fork {args.branch}"
-        console.print(f"Shown: the memory of {what} (a time-travel branch of {args.thread_id}).", highlight=False)
+        console.print(literal(f"Shown: the memory of {what} (a time-travel branch of {args.thread_id})."))
     if forks:
-        console.print(f"Forks of this thread (inspect one with --branch ID): {', '.join(forks)}", highlight=False)
+        console.print(literal(f"Forks of this thread (inspect one with --branch ID): {', '.join(forks)}"))
 
 
 # --------------------------------------------------------------- longmemeval

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..engine import ObservationalMemory
 from ..foundation.events import OMEvent
@@ -43,6 +44,7 @@ from ..store.base import implicit_resource, merge_repeated_dates, total_tokens
 from ..store.sqlite import SQLiteStore
 from ..testing import ScriptedObserverModel
 from .hints import inspect_command
+from .literal import literal
 
 DEFAULT_THREAD = "demo-trip"
 DEFAULT_MESSAGE_TOKENS = 1200
@@ -381,11 +383,12 @@ async def _replay(
     if choice.scripted:
         out.print(Panel(SCRIPTED_NOTICE, title="SCRIPTED Observer/Reflector", style="yellow"))
     else:
-        out.print(f"[bold]Observer/Reflector model:[/bold] {choice.label}")
+        out.print(Text.assemble(("Observer/Reflector model:", "bold"), " ", literal(choice.label)))
     cfg = om.config
-    out.print(f"Thread [bold]{thread_id}[/bold] in {db}: {len(messages)} messages in {len(steps)} steps; "
-              f"thresholds: messages {cfg.observation.message_tokens}, observations "
-              f"{cfg.reflection.observation_tokens}; buffering {'on' if cfg.buffering_enabled else 'off'}.")
+    out.print(Text.assemble("Thread ", literal(thread_id, style="bold"), literal(
+        f" in {db}: {len(messages)} messages in {len(steps)} steps; thresholds: messages "
+        f"{cfg.observation.message_tokens}, observations {cfg.reflection.observation_tokens}; "
+        f"buffering {'on' if cfg.buffering_enabled else 'off'}.")))
     if resume:
         out.print(f"Resuming: steps 1-{resume} are already stored in this database.")
     if resume >= len(steps):
@@ -438,7 +441,7 @@ async def _replay(
             if not fast:
                 progress.console.print(f"step {row.index:3d}  {windows}")
                 for line in row.cycles:
-                    progress.console.print(f"          [green]↳ {line}[/green]")
+                    progress.console.print(literal(f"          ↳ {line}", style="green"))  # may quote an error
                 if step_delay_s:
                     await asyncio.sleep(step_delay_s)
 
@@ -495,15 +498,16 @@ def _print_summary(out: Console, result: DemoResult) -> None:
     out.print(table)
     if result.pending_reflection:
         out.print(f"[yellow]{result.pending_reflection}[/yellow]")
-    out.print(Panel(merge_repeated_dates(result.final_log) or "(empty: no observation yet)",
+    # the log and the hints are a model's words: printed as they are, never as markup or raw controls
+    out.print(Panel(literal(merge_repeated_dates(result.final_log) or "(empty: no observation yet)", keep_lines=True),
                     title="Final observation log"))
     if result.current_task:
-        out.print(f"[bold]Current task:[/bold] {result.current_task}")
+        out.print(Text.assemble(("Current task:", "bold"), " ", literal(result.current_task)))
     if result.suggested_response:
-        out.print(f"[bold]Suggested response:[/bold] {result.suggested_response}")
+        out.print(Text.assemble(("Suggested response:", "bold"), " ", literal(result.suggested_response)))
     if result.scripted:
         out.print(f"[yellow]{SCRIPTED_NOTICE}[/yellow]")
-    out.print(f"Inspect it any time: {inspect_command(result.thread_id, result.db_path)}", soft_wrap=True)
+    out.print(literal(f"Inspect it any time: {inspect_command(result.thread_id, result.db_path)}"), soft_wrap=True)
 
 
 def run_demo(**kwargs: Any) -> DemoResult:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from .literal import json_text, literal
 
 SUGGESTION_SCAN = 5000
 """Thread ids read (by key, newest activity first) to look for the closest ones to a missing id."""
@@ -41,23 +42,23 @@ async def cmd_threads(args: argparse.Namespace, db: str, console: Console) -> in
         await store.aclose()
     if args.json:
         payload = {"threads": [s.model_dump(mode="json") for s in summaries], "more": more}
-        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_text(payload) + "\n")
         return 0
     owner = f"resource {args.resource!r}" if args.resource else "threads without a resource"
     if not summaries:
-        console.print(f"No threads for {owner} in {db}.", highlight=False)
+        console.print(literal(f"No threads for {owner} in {db}."))
         return 0
-    table = Table(title=f"Threads ({owner}), most recent activity first")
+    table = Table(title=literal(f"Threads ({owner}), most recent activity first"))
     for column in ("thread_id", "title", "messages", "last activity"):
         table.add_column(column, overflow="fold", justify="right" if column == "messages" else "left")
     for s in summaries:
-        table.add_row(s.thread_id, s.title or "", str(s.message_count),
+        table.add_row(literal(s.thread_id), literal(s.title or ""), str(s.message_count),  # stored text: never markup
                       s.last_activity.strftime("%Y-%m-%d %H:%M:%S UTC"))
     console.print(table)
     if more:
         console.print(f"(first {args.limit}; --limit shows more)", highlight=False)
-    console.print("Inspect one with: langchain-om inspect THREAD_ID"
-                  + (f" --resource {args.resource}" if args.resource else ""), highlight=False)
+    console.print(literal("Inspect one with: langchain-om inspect THREAD_ID"
+                          + (f" --resource {args.resource}" if args.resource else "")))
     return 0
 
 

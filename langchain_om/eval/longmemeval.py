@@ -36,7 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
+from ..cli.literal import literal
 from ..engine import ObservationalMemory
 from ..foundation.messages import TIMESTAMP_KEY
 from ..integrations.middleware import merge_system_messages
@@ -486,8 +488,8 @@ async def arun_longmemeval(
     correct_now = sum(1 for i in items if done.get(i.question_id, {}).get("correct"))
     finished_now = skipped
 
-    out.print(f"LongMemEval: {len(items)} questions in {settings.data}; {skipped} already in {out_path}, "
-              f"{len(pending)} to run (concurrency {settings.concurrency}).")
+    out.print(literal(f"LongMemEval: {len(items)} questions in {settings.data}; {skipped} already in {out_path}, "
+                      f"{len(pending)} to run (concurrency {settings.concurrency})."))
     progress = Progress(
         TextColumn("[bold blue]LongMemEval"),
         BarColumn(),
@@ -508,7 +510,7 @@ async def arun_longmemeval(
             except Exception as exc:
                 message = f"{item.question_id}: {type(exc).__name__}: {exc}"
                 errors.append(message)
-                progress.console.print(f"[red]failed[/red] {message}")
+                progress.console.print(Text.assemble(("failed", "red"), " ", literal(message)))  # data's own ids
                 progress.advance(task)
                 return
             await writer.write(row)
@@ -542,7 +544,7 @@ def print_summary(out: Console, summary: EvalSummary) -> None:
     table.add_column("total", justify="right")
     table.add_column("accuracy", justify="right")
     for name, score in summary.by_type.items():
-        table.add_row(name, str(score.correct), str(score.total), f"{100 * score.accuracy:.1f}%")
+        table.add_row(literal(name), str(score.correct), str(score.total), f"{100 * score.accuracy:.1f}%")
     if summary.abstention.total:
         table.add_row("(abstention, across types)", str(summary.abstention.correct), str(summary.abstention.total),
                       f"{100 * summary.abstention.accuracy:.1f}%")
@@ -550,8 +552,8 @@ def print_summary(out: Console, summary: EvalSummary) -> None:
                   f"[bold]{100 * summary.overall.accuracy:.1f}%[/bold]")
     table.add_row("task-averaged", "", "", f"{100 * summary.task_averaged:.1f}%")
     out.print(table)
-    out.print(f"{summary.answered_this_run} answered this run, {summary.skipped} resumed from {summary.out}, "
-              f"{summary.pending} still pending, {summary.errors} failed.")
+    out.print(literal(f"{summary.answered_this_run} answered this run, {summary.skipped} resumed from {summary.out}, "
+                      f"{summary.pending} still pending, {summary.errors} failed."))
 
 
 def run_longmemeval(settings: EvalSettings, *, console: Console | None = None) -> EvalSummary:

@@ -252,7 +252,7 @@ async def _afork(
     were unobserved then (and the newest row the state holds, so the next step knows where the
     state's messages end). Cost: the snapshot and those rows, independent of the history length."""
     store = om.store
-    snapshot = await _load_snapshot(om, resolved, position)
+    snapshot = await load_snapshot(om, resolved, position)
     base = min(snapshot.last_observed_seq.get(parent, 0), fork_seq) if snapshot is not None else 0
     rows = await store.aget_messages(resolved, parent, after_seq=base, before_seq=fork_seq + 1)
     observed_prefix: list[StoredMessage] = []
@@ -321,7 +321,9 @@ async def _mark_resource_watermark(om: MemoryHost, resolved: str, branch: str, p
             continue
 
 
-async def _load_snapshot(om: MemoryHost, resolved: str, position: Position | None) -> OMRecord | None:
+async def load_snapshot(om: MemoryHost, resolved: str, position: Position | None) -> OMRecord | None:
+    """The record as ``position`` saw it: kept in this process (a run without a checkpointer) or
+    stored; None when neither holds it. The kept object is shared: copy it before changing it."""
     if position is None or position.record is None or position.version is None:
         return None
     kept: OMRecord | None = _cache(om).unsaved.get((resolved, position.record, position.version))

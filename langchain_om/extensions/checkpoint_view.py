@@ -5,8 +5,10 @@ is the memory of the thread's original line, while the checkpoint the fork's mod
 names another OM branch (``state["om_position"]``, see ``branches.py``). Given the checkpoint
 (its state, a ``StateSnapshot`` from ``graph.get_state(config)``, or a checkpoint config plus
 the checkpointer or the compiled graph), this module finds that position and reads the record
-exactly as that checkpoint saw it: the snapshot stored for its record version, or the branch's
-record when the snapshot is gone.
+exactly as that checkpoint saw it: the snapshot stored for its record version, or kept in this
+process for a run without a checkpointer (``branches.load_snapshot``), or the branch's record
+while it is still at that version. Anything else (a run without a checkpointer, read from another
+process) is an error saying so, never the newest memory shown as if it were the checkpoint's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..store.base import OMRecord
-from .branches import POSITION_KEY, SNAPSHOT_NAMESPACE, Position, branch_root, check_resource
+from .branches import POSITION_KEY, Position, branch_root, check_resource, load_snapshot
 from .host import MemoryHost
 
 
@@ -81,10 +83,16 @@ async def arecord_at(om: MemoryHost, thread_id: str, resource_id: str | None,
     resource = check_resource(thread_id, resource_id, position)
     resolved = om.resolve_resource(position.branch, resource)
     await om.aensure_setup()
-    if position.record is not None and position.version is not None:
-        snapshot = await om.store.aget_value(resolved, SNAPSHOT_NAMESPACE,
-                                             f"record:{position.record}:{position.version}")
-        if snapshot is not None:
-            return resolved, position.branch, OMRecord.model_validate(snapshot)
     record = await om.aload_record(resolved, position.branch)
-    return resolved, position.branch, record.model_copy(deep=True)
+    if position.record is None or position.version is None:
+        return resolved, position.branch, record.model_copy(deep=True)
+    snapshot = await load_snapshot(om, resolved, position)
+    if snapshot is not None:
+        return resolved, position.branch, snapshot.model_copy(deep=True)
+    if record.id == position.record and record.version == position.version:
+        return resolved, position.branch, record.model_copy(deep=True)  # the branch has not moved since
+    # the newest record is not the state's: showing it as the checkpoint's memory would mislead
+    raise CheckpointPositionError(
+        f"checkpoint: the memory it names (record {position.record!r} version {position.version}) is not "
+        f"available here; the branch is at version {record.version} now. A run without a checkpointer "
+        "keeps those snapshots only in the process that ran it (its last 64 record versions)")

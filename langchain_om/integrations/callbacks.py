@@ -27,6 +27,7 @@ from ..foundation.events import (
     ThreadUpdateEvent,
     parse_event,
 )
+from ..foundation.terminal_text import visible
 
 __all__ = [
     "OMConsoleHandler",
@@ -141,11 +142,12 @@ class OMConsoleHandler(BaseCallbackHandler):
             return
         if line is None:
             return
+        line = visible(line)  # it may quote a model's title or a provider's error: shown, never run
         self.log.append(line)
         if self.live:
             self._refresh()
         else:
-            self.console.print(line, highlight=False)
+            self.console.print(line, highlight=False, markup=False)
 
     def _describe(self, event: OMEvent) -> str | None:
         data: Any = event.data

@@ -109,13 +109,13 @@ def _data_part(payload: Any, keep_status: bool) -> dict[str, Any]:
     with only the keys a data part may have; anything else becomes ``data-<payload.type>`` (or
     ``data-custom``) holding the payload, as ``@ai-sdk/langchain`` does.
     """
-    if isinstance(payload, dict) and str(payload.get("type", "")).startswith("data-") and "data" in payload:
+    kind = payload.get("type") if isinstance(payload, dict) else None
+    if isinstance(kind, str) and kind.startswith("data-") and "data" in payload:
         part = {key: payload[key] for key in _DATA_PART_KEYS if key in payload}
         if keep_status and part["type"] == "data-om-status":
             part.pop("transient", None)
         return part
-    name = payload.get("type") if isinstance(payload, dict) else None
-    part = {"type": f"data-{name if isinstance(name, str) and name else 'custom'}", "data": payload}
+    part = {"type": f"data-{kind if isinstance(kind, str) and kind else 'custom'}", "data": payload}
     if isinstance(payload, dict) and isinstance(payload.get("id"), str):
         part["id"] = payload["id"]
     return part
@@ -214,7 +214,12 @@ class _Translator:
                             f"items (mode, chunk) or (namespace, mode, chunk); got {type(item).__name__}")
         mode, chunk = item[-2], item[-1]
         if mode == "custom":
-            return [_data_part(chunk, self.keep_status)]
+            try:
+                return [_data_part(chunk, self.keep_status)]
+            except Exception:  # one unreadable payload (a dict subclass that raises) is not the run's failure
+                _log.warning("langchain-om UI stream: a custom payload could not be read; sent as data-custom",
+                             exc_info=True)
+                return [{"type": "data-custom", "data": chunk}]  # wire_json writes whatever it holds
         if mode != "messages":
             return []  # other modes ("updates", "values") carry nothing the chat shows
         message, metadata = chunk

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from . import _util as u
-from .base import IMPLICIT_RESOURCE_PREFIX, InvalidStoreInput, check_id
+from .base import IMPLICIT_RESOURCE_PREFIX, InvalidStoreInput, check_id, check_thread_id
 
 PREFIX_END = IMPLICIT_RESOURCE_PREFIX[:-1] + chr(ord(IMPLICIT_RESOURCE_PREFIX[-1]) + 1)
 """The smallest string above every private resource id (a range scan instead of LIKE)."""
@@ -54,11 +54,26 @@ def check_listing(resource_id: Any, after: Any, limit: Any) -> tuple[str | None,
     if after is not None:
         if not isinstance(after, ThreadSummary):
             raise InvalidStoreInput("after", "expected the last ThreadSummary of the previous page")
-        cursor = (u.to_utc(after.last_activity), after.thread_id)
+        cursor = check_cursor(after)
     count = u.check_limit(limit)
     if count is None or count < 1:
         raise InvalidStoreInput("limit", "must be a positive number")
     return resource, cursor, count
+
+
+def check_cursor(after: ThreadSummary) -> Cursor:
+    """The key a summary names, checked as every store needs it: a caller can build or edit a summary,
+    and unchecked, a date at the calendar's ends raised a bare ``OverflowError`` and a NUL in the id a
+    generic error on PostgreSQL but a normal page elsewhere. Both halves must be what a listing
+    returns: an instant within years 1..9999 in UTC and a valid thread id."""
+    activity = u.check_datetime(after.last_activity, "after")
+    if activity is None:  # model_construct can leave it out
+        raise InvalidStoreInput("after", "last_activity: must be a datetime")
+    try:
+        thread_id = check_thread_id(after.thread_id, "after")
+    except InvalidStoreInput as exc:
+        raise InvalidStoreInput("after", f"thread_id {str(exc).partition(': ')[2]}") from None
+    return activity, thread_id
 
 
 def public_resource(resource_id: str) -> str | None:
