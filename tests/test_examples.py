@@ -39,6 +39,8 @@ def test_example_runs_offline(script: Path, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, text=True, capture_output=True,
                             timeout=180, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
+    # issue 47, item 7: no warning a user would take for a fault (an oversize message, a deprecation)
+    assert result.stderr.strip() == "", result.stderr[-3000:]
     if script.stem in QUICKSTARTS:  # a conversation of several turns
         assert result.stdout.count("assistant: ") >= 4
     assert list(tmp_path.iterdir()) == []  # nothing written to the user's folder
