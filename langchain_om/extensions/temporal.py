@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from ..foundation.events import TemporalMarkerData, TemporalMarkerEvent
+from ..foundation.internal_calls import as_notification
 from ..foundation.messages import TIMESTAMP_KEY, dump_message
 from ..store.base import NewMessage, record_key
 
@@ -79,12 +80,12 @@ def is_marker_message(message: BaseMessage) -> bool:
 def _marker_row(thread_id: str, before: NewMessage, gap: timedelta) -> NewMessage:
     text = marker_text(gap, before.created_at)
     mid = marker_id(thread_id, before.id)
-    message = HumanMessage(
+    message = as_notification(HumanMessage(  # added by OM, not typed by the user: LangChain's notification keys
         content=text,
         id=mid,
         additional_kwargs={KIND_KEY: MARKER_KIND},
         response_metadata={TIMESTAMP_KEY: before.created_at.isoformat()},
-    )
+    ), "time-gap")
     return NewMessage(id=mid, data=dump_message(message), tokens=0, created_at=before.created_at, kind=MARKER_KIND)
 
 
