@@ -47,6 +47,8 @@ def test_example_runs_offline(script: Path, tmp_path: Path) -> None:
     if "Observation log" in result.stdout:  # the examples that print the log have observed something
         log = result.stdout.split("Observation log:", 1)[1]
         assert "Date: " in log and "User said:" in log
+    if script.stem == "chat_frontend":  # the [ui] app's / is the memory inspector over the same store
+        assert "inspector at /: ['chat-1']" in result.stdout
     if script.stem == "recall_tool":
         assert "4471" in result.stdout.split("recall returned:", 1)[1]
 
