@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from . import OPT_IN, SECTIONS
 from .common import RESULTS_DIR
+from .plots import PLOT_DIR, draw_all, image_line
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks-results.md"
 PAGE_NAME = "benchmarks-results.md"
@@ -55,9 +57,10 @@ def _load_text(values: Any) -> str:
     return " / ".join(f"{v:.2f}" for v in values) if values else "n/a"
 
 
-def render(out_dir: Path) -> str:
+def render(out_dir: Path, plotted: Collection[str] = ()) -> str:
     """The page's Markdown from the section JSON files in ``out_dir`` (sections without a printed
-    report, written before reports were kept, are left out)."""
+    report, written before reports were kept, are left out); the sections in ``plotted`` show their
+    plot (benchmarks/plots.py) above their table."""
     results = _load(out_dir)
     lines = [
         "# Benchmark results",
@@ -92,15 +95,19 @@ def render(out_dir: Path) -> str:
                      f"| {_load_text(run.get('load_at_start'))} |")
     lines += ["", f"Sum of the section durations above: {total:,.0f} s ({total / 60:.1f} min).", ""]
     for name, data in results.items():
-        lines += [f"## {name}", "", "```text", data["report"].rstrip("\n"), "```", ""]
+        image = [image_line(name), ""] if name in plotted else []
+        lines += [f"## {name}", "", *image, "```text", data["report"].rstrip("\n"), "```", ""]
     return "\n".join(lines)
 
 
 def write_page(out_dir: Path, page: Path | None = None) -> Path:
-    """Render the page from ``out_dir`` and write it to ``page`` (default: beside the JSON)."""
+    """Render the page from ``out_dir`` and write it to ``page`` (default: beside the JSON), with the
+    plots of its sections drawn into the plot folder beside it."""
     target = page or out_dir / PAGE_NAME
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render(out_dir), encoding="utf-8")
+    reports = {name: str(data["report"]) for name, data in _load(out_dir).items()}
+    plotted = draw_all(reports, target.parent / PLOT_DIR)
+    target.write_text(render(out_dir, plotted), encoding="utf-8")
     return target
 
 

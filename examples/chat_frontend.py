@@ -1,8 +1,9 @@
 """A chat frontend's server: the route a React app using the AI SDK's ``useChat`` posts to.
 
 Serve it with ``uvicorn chat_frontend:app --port 8000`` (from this folder; ``pip install
-"langchain-om[ui]"`` brings FastAPI and uvicorn). Run as a script, it posts four turns the way
-``useChat`` does and prints the reply and OM's parts of each.
+"langchain-om[ui]"`` brings FastAPI and uvicorn); ``/`` is the memory inspector over the same store
+(the page of ``langchain-om serve``). Run as a script, it posts four turns the way ``useChat`` does
+and prints the reply and OM's parts of each, then the threads the inspector lists.
 """
 
 import json
@@ -14,6 +15,7 @@ from langchain.chat_models import init_chat_model
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_om import InMemoryStore, ObservationalMemory, ObservationalMemoryMiddleware
+from langchain_om.integrations.inspector import create_inspector_app
 from langchain_om.integrations.ui import last_user_message, ui_message_response
 from langchain_om.testing import ScriptedAgentModel, ScriptedObserverModel
 
@@ -37,6 +39,10 @@ async def chat(request: Request):
     return ui_message_response(stream)  # keep_status=True keeps one status part per message
 
 
+# the memory inspector at / (read-only), after the chat route; it must not close OM's store
+app.mount("/", create_inspector_app(om.store, close_store=False))
+
+
 if __name__ == "__main__":
     from fastapi.testclient import TestClient
 
@@ -52,4 +58,6 @@ if __name__ == "__main__":
             reply = "".join(part["delta"] for part in parts if part["type"] == "text-delta")
             om_parts = sorted({part["type"] for part in parts if part["type"].startswith("data-om-")})
             print(f"user: {text}\nassistant: {reply}\n  OM parts: {', '.join(om_parts)}")
+        threads = client.get("/api/threads", params={"resource": "user-42"}).json()["threads"]
+        print(f"inspector at /: {[t['threadId'] for t in threads]}")
     om.close()

@@ -29,7 +29,7 @@ chain = RunnableWithObservationalMemory(
     prompt | model, om=om,  # merge_system_messages=False would send two system messages in a row
     input_messages_key="question", history_messages_key="history",
 )
-config = {"configurable": {"session_id": "trip-1", "user_id": "user-42"}}
+config = {"configurable": {"thread_id": "trip-1", "user_id": "user-42"}}
 for question in ["Hi! I'm planning a trip to Japan in April.",
                  "I'm vegetarian, and my partner Sam can't do long hikes.",
                  "We want one night in a ryokan in Kyoto.",

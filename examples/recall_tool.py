@@ -23,7 +23,7 @@ agent_model = init_chat_model(REAL_MODEL) if REAL_MODEL else ScriptedAgentModel(
     tool_calls_on={3: ("recall", {"mode": "messages", "anchor": "start", "limit": 2})})
 
 om = ObservationalMemory(InMemoryStore(), model=REAL_MODEL or ScriptedObserverModel(), retrieval=True,
-                         observation={"message_tokens": 120})  # {"scope": "thread"} limits recall to one thread
+                         observation={"message_tokens": 200})  # {"scope": "thread"} limits recall to one thread
 # the middleware adds `recall` for you; outside an agent, om.recall_tool(thread_id=..., resource_id=...)
 agent = create_agent(agent_model, tools=[], middleware=[ObservationalMemoryMiddleware(om)])
 config = {"configurable": {"thread_id": "t1", "resource_id": "user-42"}}

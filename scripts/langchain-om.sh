@@ -3,6 +3,7 @@
 # script in the folder you call it from.
 #   ./scripts/langchain-om.sh inspect demo-trip --db langchain_om.db
 #   ./scripts/langchain-om.sh eval longmemeval --data tests/data/longmemeval_mini.json --model scripted
+# It uses the extras already installed (a fresh clone gets the demo's: both providers).
 # shellcheck disable=SC1091
 . "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$om_caller_dir" || exit 1

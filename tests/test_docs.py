@@ -42,6 +42,11 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert "aprocess" in api and "ObservationalMemoryMiddleware" in api, "mkdocstrings rendered the API"
     config = (tmp_path / "site" / "configuration" / "index.html").read_text(encoding="utf-8")
     assert "observation.messageTokens" in config
+    flow = (tmp_path / "site" / "how-it-works" / "index.html").read_text(encoding="utf-8")
+    assert flow.count('<pre class="mermaid">') == 2, "Material's mermaid fence rendered the diagrams"
+    results = (tmp_path / "site" / "benchmarks-results" / "index.html").read_text(encoding="utf-8")
+    assert 'src="../benchmark-plots/step_cost.png"' in results
+    assert (tmp_path / "site" / "benchmark-plots" / "step_cost.png").is_file()
 
 
 def test_generated_reference_tables_are_current() -> None:
@@ -88,3 +93,56 @@ def test_the_readme_is_an_overview_linking_every_page() -> None:
         sentences = [s for s in re.split(r"(?<=[.:;])\s+", " ".join(prose.split())) if len(s) > 50]
         repeated = {s for s in sentences if sentences.count(s) > 1}
         assert not repeated, f"{page.name} repeats itself: {sorted(repeated)[:3]}"
+
+
+NAV_GROUPS = ["Start", "Integrations", "Concepts", "Reference", "Operations", "Benchmarks"]
+
+
+def test_the_site_opens_on_getting_started_with_the_nav_grouped_and_no_page_twice() -> None:
+    """Issue 47, item 3: a site people can enter."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1].split("\n\n", 1)[0]
+    nav = nav.split("\nmarkdown_extensions:", 1)[0]
+    groups = re.findall(r"^  - (\w[^:]*):$", nav, re.MULTILINE)
+    assert groups == NAV_GROUPS
+    assert not re.search(r"^  - [^:]+: \S+\.md$", nav, re.MULTILINE), "every page sits in a group"
+    pages = re.findall(r"^      - [^:]+: (\S+\.md)$", nav, re.MULTILINE)
+    assert pages[0] == "index.md" and len(pages) == len(set(pages)), pages
+    start = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    assert start.startswith("# Getting started")
+    for section in ("## 1. Install", "## 2. A first agent with memory", "## 3. What you will see"):
+        assert section in start, section
+
+
+def _links(text: str) -> list[str]:
+    text = re.sub(r"^```.*?^```$", "", text, flags=re.MULTILINE | re.DOTALL)
+    inline = re.findall(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)", text)
+    reference = re.findall(r"^\s*\[[^\]]+\]:\s+(\S+)", text, re.MULTILINE)
+    html = re.findall(r"(?:href|src)=\"([^\"]+)\"", text)
+    return [*inline, *reference, *html]
+
+
+def test_no_link_points_at_a_file_that_is_not_in_the_repository() -> None:
+    pages = [ROOT / "README.md", ROOT / "README.ja.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "examples").rglob("*.md")), *sorted((ROOT / "benchmarks").glob("*.md"))]
+    checked, broken = 0, []
+    for page in pages:
+        for target in _links(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a web address or an anchor of the page itself
+            path = target.split("#", 1)[0].split("?", 1)[0]
+            checked += 1
+            if path and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert checked > 50, "the check reached the links"
+    assert broken == []
+    assert sorted(_links('[a](missing.md)\n[b]: other.md\n<img src="x.png">')) == ["missing.md", "other.md", "x.png"]
+
+
+def test_the_diagrams_are_mermaid_fences_material_renders() -> None:
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "format: !!python/name:pymdownx.superfences.fence_code_format" in config and "name: mermaid" in config
+    flow = (ROOT / "docs" / "how-it-works.md").read_text(encoding="utf-8")
+    assert flow.count("```mermaid") == 2
+    for step in ("buffer", "activate", "observe now", "reflect", "message_tokens", "observation_tokens"):
+        assert step in flow, step
+    assert "```mermaid" in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -39,12 +39,16 @@ def test_example_runs_offline(script: Path, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, text=True, capture_output=True,
                             timeout=180, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
+    # issue 47, item 7: no warning a user would take for a fault (an oversize message, a deprecation)
+    assert result.stderr.strip() == "", result.stderr[-3000:]
     if script.stem in QUICKSTARTS:  # a conversation of several turns
         assert result.stdout.count("assistant: ") >= 4
     assert list(tmp_path.iterdir()) == []  # nothing written to the user's folder
     if "Observation log" in result.stdout:  # the examples that print the log have observed something
         log = result.stdout.split("Observation log:", 1)[1]
         assert "Date: " in log and "User said:" in log
+    if script.stem == "chat_frontend":  # the [ui] app's / is the memory inspector over the same store
+        assert "inspector at /: ['chat-1']" in result.stdout
     if script.stem == "recall_tool":
         assert "4471" in result.stdout.split("recall returned:", 1)[1]
 

@@ -68,8 +68,8 @@ def langgraph_dev(tmp_path: Path, env: dict[str, str], *flags: str) -> Iterator[
                                                                 os.environ.get("PYTHONPATH")]))}
     for key in ("OM_EXAMPLE_MODEL", "OM_EXAMPLE_OM_MODEL"):
         environment.pop(key, None)  # the offline scripted models
-    process = subprocess.Popen(
-        dev_server.dev_command(*flags, env=environment),
+    process = subprocess.Popen(  # as the README says: python dev_server.py (it notes the port for client.py)
+        [sys.executable, "dev_server.py", *flags],
         cwd=APP, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = dev_server.url(environment)
@@ -147,10 +147,11 @@ async def test_example_under_langgraph_dev_with_sqlite(tmp_path: Path) -> None:
     with langgraph_dev(tmp_path, {"LANGCHAIN_OM_DB": str(db), "LANGCHAIN_OM_PG_DSN": ""}, "--allow-blocking") as url:
         thread_id, payloads = await stream_turns(url, TURNS)
         check_payloads(thread_id, payloads)
-        # the documented client (examples/langgraph_app/client.py) finds the server through the same port
+        # the documented client (examples/langgraph_app/client.py) finds the port the server took by itself
         port = url.rsplit(":", 1)[1]
+        assert port != str(dev_server.DEFAULT_PORT)
         client = await asyncio.create_subprocess_exec(
-            sys.executable, "client.py", cwd=APP, env={**os.environ, "LANGGRAPH_PORT": port},
+            sys.executable, "client.py", cwd=APP, env={k: v for k, v in os.environ.items() if k != "LANGGRAPH_PORT"},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(client.communicate(), timeout=60)
         assert client.returncode == 0, err.decode()
@@ -211,3 +212,21 @@ def test_the_port_comes_from_one_place() -> None:
     for bad in ("x", "0", "70000"):
         with pytest.raises(SystemExit, match="LANGGRAPH_PORT"):
             dev_server.port({"LANGGRAPH_PORT": bad})
+
+
+def test_the_client_finds_the_port_or_says_in_one_line_which_to_set(tmp_path: Path) -> None:
+    """Issue 47, item 7: LANGGRAPH_PORT when set (only that), else the port dev_server.py noted, else 2024 and
+    the next few; nothing answering is one line naming LANGGRAPH_PORT."""
+    noted = tmp_path / ".langgraph_port"
+    up = {2026}
+    assert dev_server.find_server({}, noted=noted, probe=up.__contains__) == "http://127.0.0.1:2026"
+    noted.write_text("40123\n")
+    up.add(40123)
+    assert dev_server.find_server({}, noted=noted, probe=up.__contains__) == "http://127.0.0.1:40123"
+    with pytest.raises(SystemExit) as info:
+        dev_server.find_server({"LANGGRAPH_PORT": "2025"}, noted=noted, probe=up.__contains__)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("error: ") and "port 2025:" in message
+    assert "set LANGGRAPH_PORT" in message
+    assert dev_server.serving_port(["langgraph", "dev", "--port", "2024", "--port", "2031"]) == 2031
+    assert dev_server.answers(free_port()) is False, "a closed port does not answer"

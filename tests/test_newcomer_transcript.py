@@ -81,9 +81,38 @@ def _fake_checkout(tmp_path: Path) -> Path:
     console = bindir / "langchain-om"
     console.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m langchain_om "$@"\n')
     console.chmod(console.stat().st_mode | stat.S_IXUSR)
-    (repo / ".venv" / ".langchain-om-installed").touch()
+    (repo / ".venv" / ".langchain-om-installed").write_text("openai,google\n")  # the extras demo.sh installs
     os.utime(repo / "pyproject.toml", (1, 1))  # older than the install stamp: nothing to reinstall
     return repo
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the wrappers are bash scripts")
+def test_a_first_install_says_what_it_does_and_how_to_use_the_command_after(tmp_path: Path) -> None:
+    """Issue 47, item 2: the first run is not silent (what is installed, roughly how long, how long it took),
+    and it ends saying how to use ``langchain-om`` afterwards. pip is a stand-in here that takes 16 s, so the
+    "still installing" line shows; the extras the demo asks for are the ones passed to pip."""
+    repo = _fake_checkout(tmp_path)
+    (repo / ".venv" / ".langchain-om-installed").unlink()
+    python = repo / ".venv" / "bin" / "python"
+    python.unlink()
+    python.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m pip" ]; then echo "$@" >> "{repo}/pip.log"; '
+                      'case "$*" in *"-e .[openai,google]") sleep 16;; esac; exit 0; fi\n'
+                      f'exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    demo = _shell(f"{shlex.quote(str(repo / 'scripts' / 'demo.sh'))} --fast --steps 4 --db mine.db", home, _env())
+    assert demo.returncode == 0, demo.stderr
+    assert "installing the package with extras [openai,google] into ./.venv: about 1 minute" in demo.stderr
+    assert "still installing (15 s)" in demo.stderr
+    assert re.search(r"installed in 1[6-9] s\. The langchain-om command is in \./\.venv: run 'source "
+                     r"\.venv/bin/activate' first, or call \./scripts/langchain-om\.sh", demo.stderr), demo.stderr
+    assert '-e .[openai,google]' in (repo / "pip.log").read_text()
+    assert demo.stderr.rstrip().endswith(f"without activating: {repo}/scripts/langchain-om.sh --help")
+    assert (repo / ".venv" / ".langchain-om-installed").read_text().strip() == "openai,google"
+    tests = _shell(f"{shlex.quote(str(repo / 'scripts' / 'test.sh'))} --version", home, _env())
+    assert "extras [openai,google,test,docs,all]" in tests.stderr and "3-5 minutes" in tests.stderr
+    assert "about 11 minutes on 2 cores" in tests.stderr
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the wrappers are bash scripts")

@@ -37,9 +37,15 @@ def test_build_twine_check_and_a_clean_venv_runs_the_demo(tmp_path: Path) -> Non
         names = wheel.namelist()
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "langchain_om/data/demo_conversation.json" in names and "langchain_om/py.typed" in names
+    assert "langchain_om/integrations/inspector.html" in names, "langchain-om serve's page ships in the wheel"
     assert not any(n.startswith(("tests/", "examples/", "docs/")) for n in names)
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
-    for extra, package in (("ui", "fastapi"), ("ui", "uvicorn"), ("docs", "mkdocs-material")):
+    base = [line for line in requires if "extra ==" not in line]
+    for optional in ("langchain-openai", "langchain-google-genai", "langchain-postgres", "psycopg", "numpy"):
+        assert not any(line.startswith(f"Requires-Dist: {optional}") for line in base), (optional, base)
+    for extra, package in (("ui", "fastapi"), ("ui", "uvicorn"), ("docs", "mkdocs-material"),
+                           ("openai", "langchain-openai"), ("google", "langchain-google-genai"),
+                           ("postgres", "psycopg"), ("postgres", "langchain-postgres"), ("vector", "numpy")):
         assert any(line.startswith(f"Requires-Dist: {package}") and f"extra == '{extra}'" in line
                    for line in requires), (extra, package, requires)
 

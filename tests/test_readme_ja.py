@@ -36,6 +36,8 @@ def test_japanese_example_runs_offline(script: Path, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, text=True, encoding="utf-8",
                             capture_output=True, timeout=180, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
+    # issue 47, item 7: no warning a user would take for a fault (an oversize message, a deprecation)
+    assert result.stderr.strip() == "", result.stderr[-3000:]
     assert result.stdout.count("assistant: ") >= 4
     assert list(tmp_path.iterdir()) == []
     if "Observation log:" in result.stdout:

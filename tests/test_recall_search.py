@@ -201,3 +201,18 @@ async def test_failing_embedder_falls_back_to_keywords(store: OMStore) -> None:
     found = result_dict(await om.recall_tool(thread_id="a1", resource_id="alice").ainvoke(
         {"mode": "search", "query": "dentist"}))
     assert set(cursors(found)) == {"a1-0", "a1-1"}
+
+
+async def test_a_query_without_a_mode_searches_instead_of_paging_from_the_start(store: OMStore) -> None:
+    """Issue 47, item 7: ``recall(query=...)`` used to return the thread's first messages, which read as
+    an answer; a query alone now searches. An explicit mode still wins, and no query still pages."""
+    om = await _seeded(store)
+    tool = om.recall_tool(thread_id="a1", resource_id="alice")
+    found = result_dict(await tool.ainvoke({"query": "Lisbon"}))
+    assert set(cursors(found)) == {"a1-2", "a1-3"} and found["count"] == 2
+    assert "results" in found and "messages" not in found
+    paged = result_dict(await tool.ainvoke({}))
+    assert "results" not in paged and paged["count"] == 6 and paged["messages"].startswith("--- message a1-0")
+    explicit = result_dict(await tool.ainvoke({"mode": "messages", "query": "Lisbon", "limit": 1}))
+    assert "results" not in explicit and explicit["messages"].startswith("--- message a1-0")
+    await om.aclose()

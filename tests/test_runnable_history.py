@@ -152,3 +152,23 @@ def test_an_opaque_runnable_is_wrapped_unchanged_with_a_warning_and_bad_argument
     with pytest.raises(TypeError, match="merge_system_messages"):
         RunnableWithObservationalMemory(prompt | model, om=om, merge_system_messages="no")  # type: ignore[arg-type]
     om.close()
+
+
+@pytest.mark.filterwarnings("error")
+async def test_thread_id_names_the_session_and_no_deprecation_warning_is_printed() -> None:
+    """Issue 47, item 7: ``thread_id`` as in every other entry point (``session_id`` still works), and no
+    deprecation warning from upstream on each construction or call: the docstring says it once."""
+    om, model = make_om(), ScriptedAgentModel()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        chain = RunnableWithObservationalMemory(travel_prompt("Be brief.") | model, om=om,
+                                                input_messages_key="question", history_messages_key="history")
+        await run_turns(chain, TURNS["ja"][1][:2], om, {"configurable": {"thread_id": "スレッド", "user_id": "u1"}})
+        await run_turns(chain, TURNS["en"][1][:1], om, {"configurable": {"session_id": "スレッド", "user_id": "u1"}})
+    assert [str(w.message) for w in seen] == []
+    stored = await om.store.aget_messages("u1", "スレッド")
+    assert [m.data["data"]["content"] for m in stored if m.data["type"] == "human"] == [*TURNS["ja"][1][:2],
+                                                                                      TURNS["en"][1][0]]
+    with pytest.raises(ValueError, match="thread_id 'a' and session_id 'b'"):
+        await chain.ainvoke({"question": "x"}, {"configurable": {"thread_id": "a", "session_id": "b"}})
+    await om.aclose()

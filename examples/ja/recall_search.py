@@ -24,7 +24,7 @@ agent_model = init_chat_model(REAL_MODEL) if REAL_MODEL else ScriptedAgentModel(
     reply_prefix="承知しました", tool_calls_on={3: ("recall", {"mode": "search", "query": "京都 旅館"})})
 
 om = ObservationalMemory(InMemoryStore(), model=REAL_MODEL or ScriptedObserverModel(), retrieval=True,
-                         observation={"message_tokens": 120})
+                         observation={"message_tokens": 320})
 agent = create_agent(agent_model, tools=[], middleware=[ObservationalMemoryMiddleware(om)])
 config = {"configurable": {"thread_id": "家族旅行", "resource_id": "user-42"}}
 messages = []

@@ -1,4 +1,4 @@
-"""The ``langchain-om`` console script: ``demo``, ``inspect``, ``threads`` and ``eval longmemeval``.
+"""The ``langchain-om`` console script: ``demo``, ``inspect``, ``threads``, ``serve`` and ``eval longmemeval``.
 
 Plain argparse with ``main(argv) -> exit code`` so tests can drive it in-process.
 Heavy imports happen inside the subcommands, keeping ``--help`` fast.
@@ -19,10 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..foundation.extras import MissingExtraError
 from ..store.base import StoreError
 from .db import check_db_path
 from .forks import add_fork_arguments, branch_ids, fork_target
 from .literal import json_text, literal
+from .serve import add_serve_parser, cmd_serve
 from .threads import add_threads_parser, closest_thread_ids, cmd_threads
 
 EXIT_OK = 0
@@ -131,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fork_arguments(inspect, _identifier)
 
+    add_serve_parser(sub, _identifier, _positive_int, "SQLite file (default: $LANGCHAIN_OM_DB or ./langchain_om.db)")
+
     evaluate = sub.add_parser("eval", help="benchmarks against public datasets")
     eval_sub = evaluate.add_subparsers(dest="benchmark", required=True)
     lme = eval_sub.add_parser(
@@ -209,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             db = args.db or _default_db()
             check_db_path(db, must_exist=True, writable=False)
             return asyncio.run(cmd_threads(args, db, console))
+        if args.command == "serve":
+            db = args.db or _default_db()
+            check_db_path(db, must_exist=True, writable=False)
+            return cmd_serve(args, db, console)
         if args.command == "eval" and args.benchmark == "longmemeval":
             try:
                 return _cmd_longmemeval(args, console)
@@ -218,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print("[yellow]interrupted[/yellow]")
         return 130
     except (ValueError, OSError, StoreError) as exc:  # config, data, path and store errors name their field
+        return _error(_one_line(exc))
+    except MissingExtraError as exc:  # e.g. serve without the [ui] extra: the extra to install, in one line
         return _error(_one_line(exc))
     except Exception as exc:  # a model provider's error (no API key, unknown model): one line, not a traceback
         if os.environ.get("LANGCHAIN_OM_TRACEBACK"):

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from ..foundation.config import OMConfigError
 from ..foundation.events import ExtractionFailure
 from ..foundation.fence import neutralise
+from ..foundation.internal_calls import internal_call_metadata_for
 from ..store.base import OMRecord
 
 if TYPE_CHECKING:
@@ -474,7 +475,8 @@ class ExtractionPipeline:
                                           context=model_context, settings=memory.config.model_settings(source),
                                           provider_options=options)
         config: RunnableConfig = {"tags": [TAG_NOSTREAM, "langchain_om", f"om_{role}_extract"],
-                                  "run_name": f"om_extract_{extractor.slug}"}
+                                  "run_name": f"om_extract_{extractor.slug}",
+                                  "metadata": internal_call_metadata_for(f"{role}_extract")}
         last: Exception | None = None
         for model, retries in chain:
             if not hasattr(model, "with_structured_output"):

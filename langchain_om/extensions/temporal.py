@@ -28,6 +28,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from ..foundation.clock import on_clock, stamp_zone, zone_label
 from ..foundation.events import TemporalMarkerData, TemporalMarkerEvent
+from ..foundation.internal_calls import as_notification
 from ..foundation.messages import TIMESTAMP_KEY, dump_message, load_message
 from ..store.base import NewMessage, record_key
 
@@ -84,12 +85,12 @@ def _marker_row(thread_id: str, before: NewMessage, gap: timedelta) -> NewMessag
     zone = stamp_zone(load_message(before.data))  # the clock of the message the marker announces
     text = marker_text(gap, before.created_at, zone)
     mid = marker_id(thread_id, before.id)
-    message = HumanMessage(
+    message = as_notification(HumanMessage(  # added by OM, not typed by the user: LangChain's notification keys
         content=text,
         id=mid,
         additional_kwargs={KIND_KEY: MARKER_KIND},
         response_metadata={TIMESTAMP_KEY: on_clock(before.created_at, zone).isoformat()},
-    )
+    ), "time-gap")
     return NewMessage(id=mid, data=dump_message(message), tokens=0, created_at=before.created_at, kind=MARKER_KIND)
 
 

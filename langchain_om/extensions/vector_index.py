@@ -12,7 +12,7 @@ matrix-vector product per block (about 5 ms for 100k x 256 dimensions, against ~
 pure-Python scan of ``InMemoryVectorStore``). They are kept per resource (a few resources,
 least recently used first out) and brought up to date on each search from the store's
 ``(deletions, highest pos)`` stamp: new rows are appended incrementally; a deletion (a thread,
-an edited message) reloads the resource. numpy is why it is a runtime dependency.
+an edited message) reloads the resource. numpy comes with the ``[vector]`` extra (install.py checks for it).
 
 After a restart, reading 100k rows one by one took seconds. Stores that keep vector segments
 (``store.vector_segments``: SQLite, PostgreSQL) hold the normalised rows as int8 codes in blobs

@@ -27,13 +27,14 @@ from itertools import repeat
 from typing import Annotated, Any, Literal, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.internal_call_transformer import InternalCallTransformer
 from langchain.agents.middleware.types import ExtendedModelResponse, OmitFromInput
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime
-from langgraph.types import Command
+from langgraph.types import Command, TracePolicy, omit_payload
 from typing_extensions import NotRequired
 
 from ..engine import ObservationalMemory, OMContext
@@ -118,11 +119,22 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
     ``create_agent`` puts around ``awrap_model_call`` runs its set-up and tear-down on the loop
     instead of two thread hops per model call (``langsmith_hops``; a LangSmith runtime override
     is set only if none is set yet). Off: LangSmith is left exactly as it is.
+
+    OM's own model calls are LangChain internal calls (``foundation/internal_calls.py``): the
+    ``InternalCallTransformer`` this class declares keeps them out of the agent's ``run.messages``
+    and v3 event stream. Its hook spans record no payload (``trace_policy``, LangChain's
+    ``TracePolicy(process_inputs=omit_payload)``): the conversation and OM's large log stay out of
+    every hook span, which keeps its timing; the agent's model-call span still holds the messages.
+    ``trace_hook_payloads=True`` records them as LangChain would by default.
     """
+
+    transformers: Sequence[Any] = (InternalCallTransformer,)
+    trace_policy: TracePolicy | None = TracePolicy(process_inputs=omit_payload)
 
     def __init__(
         self, om: ObservationalMemory, *, remove_observed: bool = True,
         keep_in_state: Literal["unobserved", "turn"] = "unobserved", inline_untraced_hooks: bool = True,
+        trace_hook_payloads: bool = False,
     ) -> None:
         if not isinstance(om, ObservationalMemory):
             raise TypeError(f"om: expected an ObservationalMemory, got {type(om).__name__}")
@@ -132,6 +144,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[OMAgentState, Any, Any]):
             raise ValueError(f"keep_in_state: expected 'unobserved' or 'turn', got {keep_in_state!r}")
         if not isinstance(inline_untraced_hooks, bool):
             raise TypeError(f"inline_untraced_hooks: expected a bool, got {type(inline_untraced_hooks).__name__}")
+        if not isinstance(trace_hook_payloads, bool):
+            raise TypeError(f"trace_hook_payloads: expected a bool, got {type(trace_hook_payloads).__name__}")
+        if trace_hook_payloads:
+            self.trace_policy = None  # the process-wide default (configure_trace_policy), else full payloads
         self.inline_untraced_hooks = inline_untraced_hooks  # read by langsmith_hops (HOOK_FLAG)
         if inline_untraced_hooks:
             langsmith_hops.install()

@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from langchain_core._api.deprecation import LangChainDeprecationWarning
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.prompts import BasePromptTemplate
@@ -45,11 +46,13 @@ class RunnableWithObservationalMemory(RunnableWithMessageHistory):  # type: igno
     Takes ``RunnableWithMessageHistory``'s arguments. ``get_session_history`` may be left out when
     ``om`` is given: each session then reads ``ObservationalChatMessageHistory(om, session_id,
     resource_id=...)``, the user named by ``config["configurable"]["resource_id"]`` (or
-    ``user_id``) when set. ``merge_system_messages=False`` wraps ``runnable`` unchanged.
+    ``user_id``) when set. The session is ``config["configurable"]["thread_id"]`` (as for every other
+    integration) or ``session_id``. ``merge_system_messages=False`` wraps ``runnable`` unchanged.
 
     Note: ``RunnableWithMessageHistory`` is deprecated upstream in favour of LangGraph persistence
     (``create_agent`` + ``ObservationalMemoryMiddleware``, or the graph nodes); this class exists
-    for chains that still use it, and inherits its deprecation warning.
+    for chains that still use it. Upstream's deprecation warning is said here instead of on every
+    construction, where it reads as a fault of the caller's code.
     """
 
     def __init__(
@@ -74,17 +77,22 @@ class RunnableWithObservationalMemory(RunnableWithMessageHistory):  # type: igno
         if not isinstance(merge_system_messages, bool):
             raise TypeError(f"merge_system_messages: expected a bool, got {type(merge_system_messages).__name__}")
         wrapped = with_merged_system_messages(runnable) if merge_system_messages else runnable
-        super().__init__(
-            wrapped,
-            get_session_history if get_session_history is not None else _SessionHistories(om),  # type: ignore[arg-type]
-            input_messages_key=input_messages_key,
-            output_messages_key=output_messages_key,
-            history_messages_key=history_messages_key,
-            history_factory_config=history_factory_config,
-            **options,
-        )
+        with warnings.catch_warnings():  # the docstring says it once; a warning per construction reads as a fault
+            warnings.filterwarnings("ignore", message="RunnableWithMessageHistory is deprecated",
+                                    category=LangChainDeprecationWarning)
+            super().__init__(
+                wrapped,
+                get_session_history if get_session_history is not None else _SessionHistories(om),  # type: ignore[arg-type]
+                input_messages_key=input_messages_key,
+                output_messages_key=output_messages_key,
+                history_messages_key=history_messages_key,
+                history_factory_config=history_factory_config,
+                **options,
+            )
 
     def _merge_configs(self, *configs: RunnableConfig | None) -> RunnableConfig:
+        if any(spec.id == "session_id" for spec in self.history_factory_config):
+            configs = tuple(_thread_as_session(c) for c in configs)
         config = super()._merge_configs(*configs)
         factory = self.get_session_history
         configurable = config["configurable"]
@@ -95,6 +103,19 @@ class RunnableWithObservationalMemory(RunnableWithMessageHistory):  # type: igno
                 configurable["message_history"] = ObservationalChatMessageHistory(
                     factory.om, history.thread_id, resource_id=resource_id)
         return config
+
+
+def _thread_as_session(config: RunnableConfig | None) -> RunnableConfig | None:
+    """``thread_id`` names the session, as in every other integration; ``session_id`` still works.
+    Both given and different is refused: which conversation to read would be a guess."""
+    configurable = (config or {}).get("configurable") or {}
+    thread_id, session_id = configurable.get("thread_id"), configurable.get("session_id")
+    if thread_id is None:
+        return config
+    if session_id is not None and session_id != thread_id:
+        raise ValueError(f"configurable: thread_id {thread_id!r} and session_id {session_id!r} name different "
+                         "conversations; pass one of them")
+    return {**(config or {}), "configurable": {**configurable, "session_id": thread_id}}
 
 
 class _SessionHistories:

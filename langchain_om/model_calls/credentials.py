@@ -7,7 +7,7 @@ naming the option and, when that is the fix, the package to install or the envir
 to set. It checks what can be known without a network call:
 
 * the provider is one ``init_chat_model`` supports (``"foo:bar"`` is refused);
-* the provider's integration package is importable;
+* the provider's integration package is importable (else: the extra to install, ``[openai]``, ``[google]``);
 * the provider's API key variable is set (unless ``provider_options`` carries a key).
 
 Providers that authenticate through ambient credentials (Vertex AI, Bedrock, Ollama, ...) are
@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..foundation.config import OMConfig, OMConfigError
+from ..foundation.extras import install_hint
 from .models import PROVIDER_KEYS, ModelWithRetries, normalize_model_string
 
 # option names through which a key can be passed instead of the environment
@@ -93,8 +94,7 @@ def check_model_string(spec: str, field: str, provider_options: Mapping[str, Any
         provider = inferred
     package = providers.get(provider)
     if package and importlib.util.find_spec(package) is None:
-        raise OMConfigError(field, f"model {spec!r} needs the {package} package: pip install "
-                                   f"{package.replace('_', '-')}")
+        raise OMConfigError(field, f"model {spec!r} needs the {package} package: {install_hint(package)}")
     keys = PROVIDER_KEYS.get(provider)
     options = provider_options or {}
     if keys and not any(env.get(k) for k in keys) and not any(options.get(k) for k in _KEY_OPTIONS):

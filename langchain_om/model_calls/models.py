@@ -45,6 +45,7 @@ from langchain_core.runnables import Runnable
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..foundation.config import DEFAULT_MODEL, ModelSettings
+from ..foundation.extras import EXTRA_OF_MODULE, install_hint
 from .failures import ErrorKind, classify_error
 
 try:  # langgraph is a dependency, but keep models usable on its own
@@ -245,8 +246,12 @@ def _model_from_string(
     try:
         model = init_chat_model(normalized, **kwargs)
     except ImportError as exc:
+        # init_chat_model re-raises the ModuleNotFoundError (which names the module) as its cause
+        missing = (exc.name or getattr(exc.__cause__, "name", None) or "").split(".")[0]
+        hint = f": {install_hint(missing)}" if missing in EXTRA_OF_MODULE else f": {exc}"
         raise ImportError(
-            f"cannot load model {spec!r} ({normalized}): the provider package is not installed: {exc}"
+            f"cannot load model {spec!r} ({normalized}): the provider package is not installed{hint}",
+            name=exc.name,
         ) from exc
     except Exception as exc:
         provider = normalized.split(":", 1)[0] if ":" in normalized else ""

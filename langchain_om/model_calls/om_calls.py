@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from ..foundation.config import ModelSettings
+from ..foundation.internal_calls import internal_call_metadata_for
 from ..foundation.object_memo import ObjectMemo
 from ..store.base import replace_lone_surrogates
 from .failures import FAILURE_LOG, attempt_timeout, backoff_delay, classify_error
@@ -117,7 +118,7 @@ def _call_config(role: str) -> RunnableConfig:
     return {
         "tags": [TAG_NOSTREAM, OM_TAG, f"om_{role}"],
         "run_name": f"om_{role}",
-        "metadata": {"langchain_om_role": role},
+        "metadata": internal_call_metadata_for(role),  # an internal call: not the agent's (internal_calls.py)
     }
 
 

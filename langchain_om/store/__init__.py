@@ -107,7 +107,13 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """``PostgresStore`` is imported on first use: psycopg loads only for a PostgreSQL store."""
     if name == "PostgresStore":
-        value = importlib.import_module(".postgres", __name__).PostgresStore
+        try:
+            value = importlib.import_module(".postgres", __name__).PostgresStore
+        except ModuleNotFoundError as exc:  # the base install leaves PostgreSQL out: name the extra
+            if (exc.name or "").split(".")[0] not in ("psycopg", "psycopg_pool"):
+                raise
+            raise ImportError(f"PostgresStore needs the {exc.name} package, which is not installed: "
+                              f'pip install "langchain-om[postgres]"', name=exc.name) from exc
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from langchain_core.tools import ToolException
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -33,11 +33,11 @@ class RecallInput(BaseModel):
 
     mode: Literal["messages", "threads", "search"] = Field(
         "messages",
-        description='"messages" (default) pages through message history; "threads" lists the user\'s '
-        'conversations; "search" finds messages by the words of query (and by meaning when embeddings '
-        "are configured).",
+        description='"messages" pages through message history (the default without a query); "threads" lists '
+        'the user\'s conversations; "search" finds messages by the words of query (and by meaning when '
+        "embeddings are configured); the default when a query is given.",
     )
-    query: str | None = Field(None, description='Search text for mode="search".')
+    query: str | None = Field(None, description='Search text for mode="search" (a query alone searches).')
     cursor: str | None = Field(
         None,
         description='A message id to page from. Take the start or end id out of an observation group\'s '
@@ -73,6 +73,14 @@ class RecallInput(BaseModel):
     )
     before: str | None = Field(None, description='Threads mode: created before this ISO date ("2026-03-15").')
     after: str | None = Field(None, description='Threads mode: created after this ISO date ("2026-03-01").')
+
+    @model_validator(mode="after")
+    def _a_query_alone_searches(self) -> RecallInput:
+        """A model that passes ``query`` and no ``mode`` wants a search: answering with the thread's first
+        messages instead would look like an answer and mislead it (issue 47)."""
+        if "mode" not in self.model_fields_set and self.query is not None and self.query.strip():
+            self.mode = "search"
+        return self
 
 
 def show_value(value: str, limit: int = 80) -> str:

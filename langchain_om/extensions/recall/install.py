@@ -104,6 +104,11 @@ def install_retrieval(om: MemoryHost) -> None:
         from langchain_core.embeddings import Embeddings
 
         from ...foundation.config import OMConfigError
+        from ...foundation.extras import missing_modules
+
+        if missing_modules(["numpy"]):  # the base install leaves it out: only this feature needs it
+            raise OMConfigError("retrieval.embeddings", "semantic search over OM's store needs numpy, which is "
+                                'not installed: pip install "langchain-om[vector]" (or pip install numpy)')
         from ..vector_index import StoreVectorIndex
 
         if not isinstance(retrieval.embeddings, Embeddings):
