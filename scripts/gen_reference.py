@@ -54,7 +54,9 @@ COMMON_WIRE = {
     "failedAt": "ISO 8601 time the cycle failed.", "activatedAt": "ISO 8601 time of the activation.",
     "durationMs": "How long the model call(s) took.",
     "observations": "The observation text the cycle produced (or, on failure, what was kept).",
-    "error": "One-line reason of the failure.", "config": "The thresholds in force.",
+    "error": ("One-line reason of the failure; `skipped: ...` (with the last failure's reason) when a turn"
+              " skipped a failing Observer, its start part sent with it."),
+    "config": "The thresholds in force.",
     "config.messageTokens": "`observation.message_tokens` in force.",
     "config.observationTokens": "`reflection.observation_tokens` in force.", "config.scope": "`thread` or `resource`.",
     "tokensToObserve": "Message tokens sent to the Observer (or log tokens to the Reflector).",

@@ -23,7 +23,7 @@ from langchain_om.foundation.events import OMEvent
 from langchain_om.foundation.messages import TIMESTAMP_KEY
 from langchain_om.model_calls.reflector import REFLECTOR_PROMPT_MARKER
 from langchain_om.model_calls.replies import REPLY_TALLY
-from langchain_om.model_calls.reply_checks import UnusableReply, check_observations, check_reflection
+from langchain_om.model_calls.reply_checks import UnusableReply, check_observations, check_reflection, transcript_dates
 from langchain_om.store.ids import implicit_resource
 from langchain_om.store.memory import InMemoryStore
 from langchain_om.testing import ScriptedChatModel, ScriptedObserverModel
@@ -297,3 +297,22 @@ def test_a_reflection_cut_to_its_target_keeps_facts_in_proportion_and_passes() -
         "* 🔴 (09:00) User noted several booking codes for the Kyoto part of the trip." for _ in range(10))
     with pytest.raises(UnusableReply, match="facts"):
         check_reflection(log, vague)
+
+
+def test_the_checks_read_the_transcript_stamps_the_observer_is_shown() -> None:
+    """The transcript's stamps carry the weekday (issue 43): the checks must still read their dates
+    (a headerless reply of a one-day transcript gets its header) and know a stamped line copied
+    back as an echo. Built from ``format_transcript`` itself, so a change of the stamp shape that
+    the checks do not follow fails here."""
+    from langchain_om.foundation.messages import message_timestamp
+    from langchain_om.model_calls.transcript import format_transcript
+
+    stamped = [(m, message_timestamp(m)) for m in demo_start()]
+    text = format_transcript([(m, t) for m, t in stamped if t is not None]).text
+    assert transcript_dates(text) == {"2026-03-02"}
+    repaired, _warnings = check_observations("* 🔴 (19:05) User plans ten days in Japan in April.",
+                                             dates=transcript_dates(text))
+    assert repaired.startswith("Date: 2026-03-02 (Monday)")
+    echoed = next(line for line in text.splitlines() if line.startswith("[2026-03-02"))
+    with pytest.raises(UnusableReply):
+        check_observations(f"Date: 2026-03-02 (Monday)\n{echoed}\n* 🔴 (19:05) User plans a trip.")

@@ -93,10 +93,13 @@ def _push_end(push: Callable[[OMEvent], None], operation: Operation, buffering: 
 
 
 def skipped_observation(core: EngineCore, step: StepState, record: OMRecord, reason: str) -> None:
-    """Say that this turn skips its synchronous observation (``observer_backoff``): a failed event
-    whose error starts with ``skipped:``, no hooks (no cycle ran)."""
+    """Say that this turn skips its synchronous observation (``observer_backoff``): a start and a
+    failed event of one cycle id (every failed event has its start: the events contract), the
+    error starting with ``skipped:``, no tokens attempted and no hooks (no model call ran)."""
+    cycle_id = new_id("cycle_")
+    _push_start(core, step.events.append, "observation", False, cycle_id, 0, record, step)
     step.events.append(ObservationFailedEvent(data=ObservationFailedData(
-        cycle_id=new_id("cycle_"), operation_type="observation", failed_at=iso_now(), duration_ms=0.0,
+        cycle_id=cycle_id, operation_type="observation", failed_at=iso_now(), duration_ms=0.0,
         tokens_attempted=0, error=reason, record_id=record.id, thread_id=step.thread_id)))
 
 

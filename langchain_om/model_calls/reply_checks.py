@@ -59,8 +59,10 @@ _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
 _HEADER = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE)
 _HEADER_ANYWHERE = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE | re.MULTILINE)
 _HEADER_DATE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})")
-_STAMP = re.compile(r"^\s*(?:[*\-•]\s*)?\[\s*(\d{4}-\d{2}-\d{2})[ T]\d{1,2}:\d{2}(?::\d{2})?[^\]]*\]")
-_TRANSCRIPT_STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2}) \d{2}:\d{2}\]", re.MULTILINE)
+_STAMP = re.compile(r"^\s*(?:[*\-•]\s*)?\[\s*(\d{4}-\d{2}-\d{2})(?:[ T]\w+)?[ T]\d{1,2}:\d{2}(?::\d{2})?[^\]]*\]")
+"""A transcript line copied back (``[2026-03-02 Monday 19:27] User: ...``; the weekday optional)."""
+_TRANSCRIPT_STAMP = re.compile(r"^\[(\d{4}-\d{2}-\d{2})(?: \w+)? \d{2}:\d{2}\]", re.MULTILINE)
+"""The transcript's own stamps (``transcript._fmt_time``: date, weekday, time)."""
 _THREAD_LINE = re.compile(r"^\s*===\s*Thread\b.*===\s*$")
 _MARKUP_ONLY = re.compile(r"^\s*(?:[<‹]\s*/?\s*[\w-]+(?:\s[^<>‹›\n]*)?[>›]\s*)+$")
 """A line of tags only (``fence.neutralise`` may have turned its ``<`` into ``‹``)."""
