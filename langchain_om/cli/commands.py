@@ -163,7 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OM reflection threshold (default: 40000)")
     lme.add_argument("--question-type", action="append", default=None,
                      help="only questions of this type (repeatable; default: every type)")
+    add_price_arguments(lme)
     return parser
+
+
+def add_price_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--price`` / ``--prices``: what each role's tokens cost, for the cost and its projection."""
+    parser.add_argument("--price", action="append", default=[], metavar="MODEL_OR_ROLE=IN,OUT",
+                        help="dollars per million input and output tokens for a model string, a role "
+                             "(observer, reflector, answer, judge) or '*' (repeatable), e.g. "
+                             "'observer=0.10,0.40'; the summary then shows the cost and projects it for the "
+                             "whole file")
+    parser.add_argument("--prices", action="append", default=[], metavar="FILE",
+                        help='JSON price table {"MODEL_OR_ROLE": {"input": X, "output": Y}} (repeatable; '
+                             "--price entries win)")
 
 
 def _error(message: str) -> int:
@@ -180,7 +193,8 @@ def _one_line(exc: BaseException) -> str:
 
 _EVAL_FLAGS = {"model": "--model", "judge_model": "--judge-model", "om_model": "--om-model",
                "question_type": "--question-type", "concurrency": "--concurrency", "limit": "--limit",
-               "data": "--data", "message_tokens": "--message-tokens", "observation_tokens": "--observation-tokens"}
+               "data": "--data", "message_tokens": "--message-tokens", "observation_tokens": "--observation-tokens",
+               "price": "--price", "prices": "--prices"}
 """The harness's field names (``EvalSettings``) and the flags that set them."""
 
 
@@ -458,6 +472,8 @@ def _cmd_longmemeval(args: argparse.Namespace, console: Console) -> int:
         question_types=args.question_type,
         message_tokens=args.message_tokens,
         observation_tokens=args.observation_tokens,
+        prices=args.price,
+        price_files=args.prices,
     )
     summary = run_longmemeval(settings, console=console)
     return EXIT_OK if summary.errors == 0 else EXIT_ERROR
