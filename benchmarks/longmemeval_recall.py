@@ -5,7 +5,9 @@ LoCoMo question?
 ``locomo10.json``; the shape is recognised). Each LongMemEval question's haystack is stored as
 the threads of one resource (one thread per session, each turn a message dated from its
 session); each LoCoMo sample likewise, its questions asked against it. The question is asked
-of the store's keyword search exactly as the ``recall`` tool asks it (``asearch_messages``), of
+of the store's keyword search exactly as the ``recall`` tool asks it (``keyword_hits``: the question's
+subject words, hits of the time it points at ranked up; ``--raw-store-search``: the question as
+typed, straight to ``asearch_messages``), of
 the stored-vector index when ``--embedder`` is given, and of both fused by reciprocal rank (the
 ``recall`` tool's ``fuse_rankings``). Sessions are ranked by their best message.
 
@@ -38,6 +40,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_om.eval.json_stream import iter_json_array
 from langchain_om.eval.lme_data import iter_longmemeval, parse_lme_date
 from langchain_om.eval.locomo_data import iter_locomo, is_locomo
+from langchain_om.extensions.recall.query import keyword_hits
 from langchain_om.extensions.recall.search import fuse_rankings
 from langchain_om.foundation.messages import dump_message
 from langchain_om.store.base import NewMessage, OMStore
@@ -70,6 +73,9 @@ class Query:
     text: str
     gold_sessions: set[str]
     gold_turns: set[str]
+    asked_at: datetime | None = None
+    """Today's date for the question's relative times (LongMemEval's question date; LoCoMo: the
+    last session's, as a conversation continuing after it would have)."""
 
 
 def longmemeval_haystacks(path: str, limit: int | None) -> Iterator[Haystack]:
@@ -90,7 +96,8 @@ def longmemeval_haystacks(path: str, limit: int | None) -> Iterator[Haystack]:
         gold = set(item.answer_session_ids)
         stack = Haystack(resource=f"lme-{item.question_id}", sessions=sessions)
         if gold and not item.abstention:
-            stack.questions.append(Query(item.question_id, item.question_type, item.question, gold, gold_turns))
+            stack.questions.append(Query(item.question_id, item.question_type, item.question, gold, gold_turns,
+                                         item.asked_at))
         yield stack
 
 
@@ -105,7 +112,8 @@ def locomo_haystacks(path: str, limit: int | None) -> Iterator[Haystack]:
         for q in sample.questions:
             if q.evidence_sessions:
                 stack.questions.append(Query(q.question_id, q.category_name, q.question,
-                                             {f"D{s}" for s in q.evidence_sessions}, set(q.evidence)))
+                                             {f"D{s}" for s in q.evidence_sessions}, set(q.evidence),
+                                             sample.sessions[-1].when))
         yield stack
 
 
@@ -202,7 +210,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for query in stack.questions:
             rankings: dict[str, list[tuple[tuple[str, str], float]]] = {}
             t0 = time.perf_counter()
-            hits = await store.asearch_messages(stack.resource, query.text, limit=MAX_SEARCH_LIMIT)
+            if args.raw_store_search:  # the store's own ranking of the question as typed (before issue 45)
+                hits = await store.asearch_messages(stack.resource, query.text, limit=MAX_SEARCH_LIMIT)
+            else:  # as the recall tool asks it
+                hits = await keyword_hits(store, stack.resource, query.text, limit=MAX_SEARCH_LIMIT,
+                                          now=query.asked_at)
             rankings["keyword"] = [((h.message.thread_id, h.message.id), h.score) for h in hits]
             query_s["keyword"].append(time.perf_counter() - t0)
             if index is not None:
@@ -220,7 +232,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {stack.resource}: {len(stack.questions)} questions", file=sys.stderr)
     await store.aclose()
     tmp.cleanup()
-    return {"data": str(args.data), "store": args.store, "methods": {m: aggregate(rows[m]) for m in methods},
+    return {"data": str(args.data), "store": args.store, "raw_store_search": bool(args.raw_store_search), "methods": {m: aggregate(rows[m]) for m in methods},
             "ingest_ms": _timing(ingest_s), "query_ms": {m: _timing(query_s[m]) for m in methods},
             "haystacks": len(ingest_s)}
 
@@ -276,6 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--embedder", default=None,
                         help="module:attribute of a LangChain Embeddings (or a factory); 'fake' for the mechanics")
     parser.add_argument("--limit", type=int, default=None, help="first N haystacks only")
+    parser.add_argument("--raw-store-search", action="store_true",
+                        help="ask the store's keyword search the question as typed, not recall's query handling")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     parser.add_argument("--progress", action="store_true", help="one line per haystack on stderr")
     args = parser.parse_args(argv)

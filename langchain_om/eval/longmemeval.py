@@ -55,7 +55,7 @@ from .lme_data import (
     parse_lme_date,
 )
 from .prompts import ANSWER_INSTRUCTIONS, JUDGE_SYSTEM, judge_prompt, parse_verdict
-from .runner import ModelSpec, ResultWriter, StreamRun, ask, model_name, read_results, resolve_model
+from .runner import ModelSpec, ResultWriter, StreamRun, ask, model_name, print_spend, read_results, resolve_model
 from .scripted import is_scripted, scripted_model
 from .spend import PriceTable, add_call, add_spend, ordered
 
@@ -400,28 +400,6 @@ def print_summary(out: Console, summary: EvalSummary) -> None:
                 summary.unpriced)
     out.print(literal(f"{summary.answered_this_run} answered this run, {summary.skipped} resumed from {summary.out}, "
                       f"{summary.pending} still pending, {summary.errors} failed."))
-
-
-def print_spend(out: Console, spend: Mapping[str, Mapping[str, int]], scored: int, selected: int,
-                cost: float | None, projected: float | None, unpriced: Sequence[str]) -> None:
-    """Tokens per role over the scored questions, per question, and the cost when priced."""
-    if not spend or not scored:
-        return
-    table = Table(title=f"Tokens spent ({scored} questions)")
-    for column in ("role", "calls", "input", "output", "input / question", "output / question"):
-        table.add_column(column, justify="left" if column == "role" else "right")
-    for role in ordered(spend):
-        used = spend[role]
-        table.add_row(role, f"{used['calls']:,}", f"{used['input_tokens']:,}", f"{used['output_tokens']:,}",
-                      f"{used['input_tokens'] / scored:,.0f}", f"{used['output_tokens'] / scored:,.0f}")
-    out.print(table)
-    if cost is not None:
-        line = f"Cost at the given prices: ${cost:,.4f} for {scored} questions (${cost / scored:,.4f} a question)"
-        if projected is not None:
-            line += f"; projected for all {selected} questions: ${projected:,.2f}"
-        out.print(line + ".")
-        if unpriced:
-            out.print(f"[yellow]No price for {', '.join(unpriced)}: left out of the cost.[/yellow]")
 
 
 def run_longmemeval(settings: EvalSettings, *, console: Console | None = None) -> EvalSummary:

@@ -10,19 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
+from rich.console import Console
+from rich.table import Table
 
 from ..foundation.tokens import TokenCounter
 from ..model_calls.credentials import check_model_string
 from ..model_calls.models import normalize_model_string
 from .scripted import is_scripted, scripted_model
-from .spend import add_call
+from .spend import add_call, ordered
 
 ModelSpec = str | BaseChatModel
 
@@ -117,9 +119,13 @@ class ResultWriter:
                     handle.write("\n")
 
     async def write(self, row: Mapping[str, Any]) -> None:
-        line = json.dumps(row, ensure_ascii=False) + "\n"
+        await self.write_many([row])
+
+    async def write_many(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Several rows in one append and one fsync (a sample's questions land together)."""
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         async with self._lock:
-            await asyncio.to_thread(self._append, line)
+            await asyncio.to_thread(self._append, text)
 
     def _append(self, line: str) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
@@ -178,3 +184,25 @@ class StreamRun(Generic[Item]):
                 await self.on_row(item, row)
 
         await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+
+
+def print_spend(out: Console, spend: Mapping[str, Mapping[str, int]], scored: int, selected: int,
+                cost: float | None, projected: float | None, unpriced: Sequence[str]) -> None:
+    """Tokens per role over the scored questions, per question, and the cost when priced."""
+    if not spend or not scored:
+        return
+    table = Table(title=f"Tokens spent ({scored} questions)")
+    for column in ("role", "calls", "input", "output", "input / question", "output / question"):
+        table.add_column(column, justify="left" if column == "role" else "right")
+    for role in ordered(spend):
+        used = spend[role]
+        table.add_row(role, f"{used['calls']:,}", f"{used['input_tokens']:,}", f"{used['output_tokens']:,}",
+                      f"{used['input_tokens'] / scored:,.0f}", f"{used['output_tokens'] / scored:,.0f}")
+    out.print(table)
+    if cost is not None:
+        line = f"Cost at the given prices: ${cost:,.4f} for {scored} questions (${cost / scored:,.4f} a question)"
+        if projected is not None:
+            line += f"; projected for all {selected} questions: ${projected:,.2f}"
+        out.print(line + ".")
+        if unpriced:
+            out.print(f"[yellow]No price for {', '.join(unpriced)}: left out of the cost.[/yellow]")
