@@ -39,7 +39,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_om.eval.json_stream import iter_json_array
 from langchain_om.eval.lme_data import iter_longmemeval, parse_lme_date
-from langchain_om.eval.locomo_data import iter_locomo, is_locomo
+from langchain_om.eval.locomo_data import is_locomo, iter_locomo
 from langchain_om.extensions.recall.query import keyword_hits
 from langchain_om.extensions.recall.search import fuse_rankings
 from langchain_om.foundation.messages import dump_message
@@ -232,7 +232,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"  {stack.resource}: {len(stack.questions)} questions", file=sys.stderr)
     await store.aclose()
     tmp.cleanup()
-    return {"data": str(args.data), "store": args.store, "raw_store_search": bool(args.raw_store_search), "methods": {m: aggregate(rows[m]) for m in methods},
+    return {"data": str(args.data), "store": args.store, "raw_store_search": bool(args.raw_store_search),
+            "methods": {m: aggregate(rows[m]) for m in methods},
             "ingest_ms": _timing(ingest_s), "query_ms": {m: _timing(query_s[m]) for m in methods},
             "haystacks": len(ingest_s)}
 
@@ -241,7 +242,7 @@ def _timing(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
-    return {"p50": 1000 * statistics.median(ordered), "p95": 1000 * ordered[int(0.95 * (len(ordered) - 1))],
+    return {"p50": 1000 * statistics.median(ordered), "p95": 1000 * ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)],
             "mean": 1000 * statistics.fmean(ordered)}
 
 
