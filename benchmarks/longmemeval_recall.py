@@ -159,8 +159,9 @@ def score(query: Query, hits: Sequence[tuple[str, str]], session_of: dict[str, s
 
 
 def load_embedder(spec: str) -> Any:
-    """``module:attribute`` naming an ``Embeddings`` instance or a factory of one; ``fake`` is
-    LangChain's deterministic fake (it checks the mechanics, its ranking means nothing)."""
+    """``module:attribute`` naming an ``Embeddings`` instance or a factory of one (a function, or
+    a class built with no arguments); ``fake`` is LangChain's deterministic fake (it checks the
+    mechanics, its ranking means nothing)."""
     if spec == "fake":
         from langchain_core.embeddings import DeterministicFakeEmbedding
 
@@ -169,7 +170,9 @@ def load_embedder(spec: str) -> Any:
     if not attribute:
         raise SystemExit(f"--embedder: expected module:attribute or 'fake', got {spec!r}")
     value = getattr(importlib.import_module(module), attribute)
-    return value() if callable(value) and not hasattr(value, "embed_query") else value
+    # a class has embed_query too, as a function: it is a factory, not an instance
+    factory = isinstance(value, type) or (callable(value) and not hasattr(value, "embed_query"))
+    return value() if factory else value
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -153,3 +153,21 @@ def test_ranking_metrics() -> None:
     assert longmemeval_recall.ndcg(["x", "a"], {"a"}, 10) == pytest.approx(1 / 1.584962500721156)
     assert longmemeval_recall.session_ranking([("t1", "m1"), ("t2", "m2"), ("t1", "m3")],
                                               {"t1": "s1", "t2": "s2"}) == ["s1", "s2"]
+
+
+def test_embedder_spec_accepts_an_instance_a_function_or_a_class(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_embedders.py").write_text(
+        "from langchain_core.embeddings import DeterministicFakeEmbedding\n"
+        "class Small(DeterministicFakeEmbedding):\n"
+        "    def __init__(self) -> None:\n"
+        "        super().__init__(size=8)\n"
+        "def factory():\n"
+        "    return DeterministicFakeEmbedding(size=16)\n"
+        "instance = DeterministicFakeEmbedding(size=32)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sizes = {name: len(longmemeval_recall.load_embedder(f"my_embedders:{name}").embed_query("camera"))
+             for name in ("Small", "factory", "instance")}
+    assert sizes == {"Small": 8, "factory": 16, "instance": 32}
+    with pytest.raises(SystemExit, match="module:attribute"):
+        longmemeval_recall.load_embedder("my_embedders")
