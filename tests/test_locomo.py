@@ -171,3 +171,16 @@ def test_embedder_spec_accepts_an_instance_a_function_or_a_class(tmp_path: Path,
     assert sizes == {"Small": 8, "factory": 16, "instance": 32}
     with pytest.raises(SystemExit, match="module:attribute"):
         longmemeval_recall.load_embedder("my_embedders")
+
+
+def test_cli_prints_a_samples_own_id_literally(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sample id is the data's text: Rich markup in it is printed as it is, an escape sequence
+    never reaches the terminal (as every other command prints stored text, issue 44)."""
+    samples = json.loads(DATA.read_text(encoding="utf-8"))
+    samples[0]["sample_id"] = "conv-[/]\x1b[2J"
+    data = tmp_path / "hostile.json"
+    data.write_text(json.dumps(samples), encoding="utf-8")
+    assert main(["eval", "locomo", "--data", str(data), "--model", "scripted", "--out", str(tmp_path / "r.jsonl"),
+                 "--limit", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "conv-[/]" in printed and "\x1b[2J" not in printed

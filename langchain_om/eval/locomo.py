@@ -30,7 +30,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from ..cli.literal import literal
 from ..engine import ObservationalMemory
 from ..foundation.messages import TIMESTAMP_KEY
 from ..integrations.middleware import merge_system_messages
@@ -225,7 +227,7 @@ async def arun_locomo(settings: LoCoMoSettings, *, console: Console | None = Non
     writer = ResultWriter(out_path)
     errors: list[str] = []
     seen: list[str] = []
-    out.print(f"LoCoMo: streaming {settings.data}; {len(done)} samples already in {out_path}.")
+    out.print(literal(f"LoCoMo: streaming {settings.data}; {len(done)} samples already in {out_path}."))
 
     async def evaluate(sample: LoCoMoSample) -> dict[str, Any]:
         return {"rows": await evaluate_sample(om, sample, answer_model, settings, prices)}
@@ -237,11 +239,11 @@ async def arun_locomo(settings: LoCoMoSettings, *, console: Console | None = Non
                 done[row["sample_id"]] = row
             else:
                 question_rows[row["question_id"]] = row
-        out.print(f"  {sample.sample_id}: {len(result['rows']) - 1} questions scored")
+        out.print(literal(f"  {sample.sample_id}: {len(result['rows']) - 1} questions scored"))  # the data's ids
 
     def on_error(sample: LoCoMoSample, exc: Exception) -> None:
         errors.append(f"{sample.sample_id}: {type(exc).__name__}: {exc}")
-        out.print(f"[red]failed[/red] {errors[-1]}")
+        out.print(Text.assemble(("failed", "red"), " ", literal(errors[-1])))
 
     run = StreamRun(items=stream, key=lambda s: s.sample_id, done=done, evaluate=evaluate, on_row=on_row,
                     on_error=on_error, on_seen=lambda s, _: seen.append(s.sample_id),
@@ -278,7 +280,7 @@ def print_locomo(out: Console, summary: LoCoMoSummary) -> None:
     for column in ("category", "questions", "score"):
         table.add_column(column, justify="left" if column == "category" else "right")
     for name, score in scores.by_category.items():
-        table.add_row(name, str(score.count), f"{100 * score.mean:.1f}%")
+        table.add_row(literal(name), str(score.count), f"{100 * score.mean:.1f}%")
     table.add_row("[bold]F1, categories 1-4[/bold]", str(scores.overall.count),
                   f"[bold]{100 * scores.overall.mean:.1f}%[/bold]")
     if scores.adversarial.count:
