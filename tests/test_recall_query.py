@@ -95,3 +95,19 @@ async def test_recall_ranks_the_time_a_question_points_at(store: OMStore) -> Non
     again = result_dict(await om2.recall_tool(thread_id="t2", resource_id="u2").ainvoke(
         {"mode": "search", "query": "What dinner did I cook for my friend three weeks ago?"}))
     assert _cursors(again)[0] == "curry", again["results"]
+
+
+async def test_recall_ranks_the_time_a_japanese_question_points_at(store: OMStore) -> None:
+    """The same two dinners in Japanese: 三日前 (three days ago) picks the newer one, 3週間前
+    (three weeks ago) the older one; the time words themselves are never searched for."""
+    om = make_om(store)
+    await seed(om, "u3", {"t3": [
+        stamped(HumanMessage("友達のマルタにカレーの夕食を作りました。", id="curry"), NOW - timedelta(days=20)),
+        stamped(HumanMessage("友達のマルタにラザニアの夕食を作りました。", id="lasagna"), NOW - timedelta(days=3)),
+        stamped(HumanMessage("今日もありがとう！", id="today"), NOW),
+    ]})
+    tool = om.recall_tool(thread_id="t3", resource_id="u3")
+    recent = result_dict(await tool.ainvoke({"mode": "search", "query": "三日前に友達に作った夕食は？"}))
+    assert _cursors(recent)[:1] == ["lasagna"], recent["results"]
+    older = result_dict(await tool.ainvoke({"mode": "search", "query": "3週間前に友達に作った夕食は？"}))
+    assert _cursors(older)[:1] == ["curry"], older["results"]
