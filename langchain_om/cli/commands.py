@@ -163,7 +163,46 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OM reflection threshold (default: 40000)")
     lme.add_argument("--question-type", action="append", default=None,
                      help="only questions of this type (repeatable; default: every type)")
+    add_price_arguments(lme)
+
+    locomo = eval_sub.add_parser(
+        "locomo", help="run LoCoMo's locomo10.json (your own copy) through OM",
+        description="Replay each conversation through OM, answer its questions from OM's context, print LoCoMo's "
+                    "token F1 per category (adversarial questions apart). '--model scripted' runs offline.")
+    locomo.add_argument("--data", required=True, help="LoCoMo JSON (data/locomo10.json of snap-research/LoCoMo)")
+    locomo.add_argument("--model", required=True,
+                        help="model answering the questions: an init_chat_model string, or 'scripted' (offline)")
+    locomo.add_argument("--om-model", default=None,
+                        help="Observer/Reflector model, or 'scripted' (default: the answer model)")
+    locomo.add_argument("--out", default="locomo_results.jsonl",
+                        help="results JSONL; conversations already in it are skipped (resume) (default: %(default)s)")
+    locomo.add_argument("--concurrency", type=_positive_int, default=2,
+                        help="conversations processed at once (default: %(default)s)")
+    locomo.add_argument("--limit", type=_positive_int, default=None,
+                        help="process at most N new conversations (default: all)")
+    locomo.add_argument("--db", type=_identifier("--db"), default=None,
+                        help="SQLite file for OM state (default: <out>.om.db)")
+    locomo.add_argument("--message-tokens", type=_positive_int, default=None,
+                        help="OM message threshold (default: 30000)")
+    locomo.add_argument("--observation-tokens", type=_positive_int, default=None,
+                        help="OM reflection threshold (default: 40000)")
+    locomo.add_argument("--category", type=int, action="append", default=None,
+                        help="only questions of this category: 1 multi-hop, 2 temporal, 3 open-domain, "
+                             "4 single-hop, 5 adversarial (repeatable; default: every category)")
+    add_price_arguments(locomo)
     return parser
+
+
+def add_price_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--price`` / ``--prices``: what each role's tokens cost, for the cost and its projection."""
+    parser.add_argument("--price", action="append", default=[], metavar="MODEL_OR_ROLE=IN,OUT",
+                        help="dollars per million input and output tokens for a model string, a role "
+                             "(observer, reflector, answer, judge) or '*' (repeatable), e.g. "
+                             "'observer=0.10,0.40'; the summary then shows the cost and projects it for the "
+                             "whole file")
+    parser.add_argument("--prices", action="append", default=[], metavar="FILE",
+                        help='JSON price table {"MODEL_OR_ROLE": {"input": X, "output": Y}} (repeatable; '
+                             "--price entries win)")
 
 
 def _error(message: str) -> int:
@@ -180,7 +219,8 @@ def _one_line(exc: BaseException) -> str:
 
 _EVAL_FLAGS = {"model": "--model", "judge_model": "--judge-model", "om_model": "--om-model",
                "question_type": "--question-type", "concurrency": "--concurrency", "limit": "--limit",
-               "data": "--data", "message_tokens": "--message-tokens", "observation_tokens": "--observation-tokens"}
+               "data": "--data", "message_tokens": "--message-tokens", "observation_tokens": "--observation-tokens",
+               "price": "--price", "prices": "--prices", "category": "--category"}
 """The harness's field names (``EvalSettings``) and the flags that set them."""
 
 
@@ -221,6 +261,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 return _cmd_longmemeval(args, console)
             except ValueError as exc:  # the harness names EvalSettings fields; the user typed flags
+                return _error(_as_flag(_one_line(exc), _EVAL_FLAGS))
+        if args.command == "eval" and args.benchmark == "locomo":
+            try:
+                return _cmd_locomo(args, console)
+            except ValueError as exc:
                 return _error(_as_flag(_one_line(exc), _EVAL_FLAGS))
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]")
@@ -458,9 +503,26 @@ def _cmd_longmemeval(args: argparse.Namespace, console: Console) -> int:
         question_types=args.question_type,
         message_tokens=args.message_tokens,
         observation_tokens=args.observation_tokens,
+        prices=args.price,
+        price_files=args.prices,
     )
     summary = run_longmemeval(settings, console=console)
     return EXIT_OK if summary.errors == 0 else EXIT_ERROR
+
+
+def _cmd_locomo(args: argparse.Namespace, console: Console) -> int:
+    from ..eval.locomo import LoCoMoSettings, run_locomo
+
+    out_dir = os.path.dirname(os.path.abspath(os.path.expanduser(args.out)))
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"--out: directory {out_dir} does not exist (create it first)")
+    check_db_path(args.db or f"{args.out}.om.db", must_exist=False, writable=True)
+    settings = LoCoMoSettings(data=args.data, model=args.model, om_model=args.om_model, out=args.out,
+                              concurrency=args.concurrency, limit=args.limit, db=args.db, categories=args.category,
+                              message_tokens=args.message_tokens, observation_tokens=args.observation_tokens,
+                              prices=args.price, price_files=args.prices)
+    summary = run_locomo(settings, console=console)
+    return EXIT_OK if not summary.errors else EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

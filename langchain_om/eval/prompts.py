@@ -27,6 +27,18 @@ preferences and circumstances.
 - If your memory does not contain the information needed, say plainly that you don't know or that it \
 was never mentioned. Do not guess."""
 
+LOCOMO_ANSWER_INSTRUCTIONS = """\
+You answer questions about a long chat conversation between two people. \
+Everything you know about that conversation is in your memory below (dated observations and any recent \
+messages); the memory states today's date.
+
+Answer the question from that memory:
+- Reply with the answer alone, as a short phrase (a name, a date, a place, a few words), not a sentence.
+- Dates: give the date the event happened (for example 7 May 2023), computed from the dates in your memory \
+when the conversation said "yesterday" or "last week".
+- When the question asks for several things, list them separated by commas.
+- If your memory does not contain the answer, reply exactly: Not mentioned in the conversation."""
+
 JUDGE_SYSTEM = """\
 You grade answers of a chat assistant for a long-term memory benchmark. You compare the assistant's \
 response with a reference answer and decide whether the response is correct. Reply with exactly one \

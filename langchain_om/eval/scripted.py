@@ -22,7 +22,8 @@ from .prompts import ANSWER_INSTRUCTIONS
 SCRIPTED = "scripted"
 """The model name that selects the offline models (``--model``, ``--judge-model``, ``--om-model``)."""
 
-DONT_KNOW = "I don't know: that was never mentioned."
+DONT_KNOW = "I don't know: that was not mentioned."
+"""Says 'not mentioned', the phrase LoCoMo's scoring takes as declining an adversarial question."""
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOPWORDS = frozenset(
@@ -81,7 +82,7 @@ def judge(messages: list[BaseMessage]) -> str:
     prompt = _text(messages[-1])
     response = _tagged(prompt, "response").lower()
     if "unanswerable question" in prompt:
-        return "yes" if "don't know" in response or "never mentioned" in response else "no"
+        return "yes" if any(p in response for p in ("don't know", "never mentioned", "not mentioned")) else "no"
     reference = _words(_tagged(prompt, "reference-answer"))
     return "yes" if reference and reference <= _words(response) else "no"
 

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import ToolException
 
-from ...store.base import StoredMessage
+from ...store.base import StoredMessage, utcnow
 from ..branches import on_timeline, timeline_threads
 from .args import DEFAULT_LIMIT, MAX_QUERY_CHARS, MAX_SEARCH_RESULTS, RecallInput, check_text
 from .indexing import stored_index
+from .query import keyword_hits
 from .render import OutputBudget, add_truncation, message_parts, message_stamp, role_of, shorten
 from .scope import RecallContext
 
@@ -63,13 +65,21 @@ async def _keyword_ranking(
     """Messages by the store's full-text rank (best first) with their scores; the rows go to ``found``."""
     if not keyword_search_available(ctx.om):
         return []
+    now = await conversation_now(ctx)
     hits = []
     for thread in _searched_threads(ctx):
-        hits.extend(await ctx.om.store.asearch_messages(ctx.resource_id, query, thread_id=thread, limit=k))
+        hits.extend(await keyword_hits(ctx.om.store, ctx.resource_id, query, thread_id=thread, limit=k, now=now))
     hits.sort(key=lambda hit: hit.score, reverse=True)  # one thread's ranking, or threads of one history
     for hit in hits:
         found[(hit.message.thread_id, hit.message.id)] = hit.message
     return [((hit.message.thread_id, hit.message.id), hit.score) for hit in hits]
+
+
+async def conversation_now(ctx: RecallContext) -> datetime:
+    """Today for the question's relative times: the current thread's newest message (the step's
+    time, as OM's context states it), else the clock."""
+    newest = await ctx.om.store.aget_messages(ctx.resource_id, ctx.thread_id, limit=1, descending=True)
+    return newest[0].created_at if newest else utcnow()
 
 
 def _searched_threads(ctx: RecallContext) -> list[str | None]:
