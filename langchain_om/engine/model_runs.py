@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any, Literal
 
-from ..foundation.clock import on_clock, stamp_zone
+from ..foundation.clock import newest_zone, on_clock, stamp_agrees
 from ..foundation.events import (
     BufferingEndData,
     BufferingEndEvent,
@@ -35,7 +35,6 @@ from ..foundation.events import (
     iso_now,
 )
 from ..foundation.hooks import HookContext, Trigger
-from ..foundation.messages import message_timestamp
 from ..foundation.object_memo import ObjectMemo
 from ..foundation.tokens import CONVERSATION_OVERHEAD, MESSAGE_OVERHEAD
 from ..model_calls import failure_policy
@@ -233,22 +232,9 @@ def _rows_zone(core: EngineCore, resource_id: str, rows: Sequence[StoredMessage]
     """The zone the rows' own timestamps state (``conversation_zone``: the newest user message's,
     else the newest message's), read from the newest row back; only messages whose stamp is the
     stored instant count (time-gap markers and late imports say nothing about the clock)."""
-    fallback: tzinfo | None = None
-    for row in reversed(rows):
-        if row.kind != "message":
-            continue
-        message = core.message_of(resource_id, row)
-        try:
-            own = message_timestamp(message)
-        except ValueError:
-            continue
-        if own is None or abs((own - row.created_at).total_seconds()) > 1:
-            continue
-        zone = stamp_zone(message)
-        if zone is not None and message.type == "human":
-            return zone
-        fallback = fallback or zone
-    return fallback
+    return newest_zone(message for row in reversed(rows) if row.kind == "message"
+                       for message in (core.message_of(resource_id, row),)
+                       if stamp_agrees(message, row.created_at))
 
 
 _supports_images = ObjectMemo(model_supports_images)

@@ -11,7 +11,7 @@ stamps, time-gap markers, ``Date:`` headers and "Today is" are all shown in it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone, tzinfo
 
 from langchain_core.messages import BaseMessage
@@ -38,8 +38,14 @@ def stamp_zone(message: BaseMessage) -> tzinfo | None:
 def conversation_zone(messages: Sequence[BaseMessage]) -> tzinfo | None:
     """The conversation's zone: the newest user message's stated zone, else the newest message's
     (None when no message states one; callers then use UTC or the instant's own clock)."""
+    return newest_zone(reversed(messages))
+
+
+def newest_zone(newest_first: Iterable[BaseMessage]) -> tzinfo | None:
+    """``conversation_zone`` over messages given newest first, read lazily: it stops at the newest
+    user message that states a zone (a caller loading stored rows loads no more than that)."""
     fallback: tzinfo | None = None
-    for message in reversed(messages):
+    for message in newest_first:
         if not message.response_metadata:
             continue
         zone = stamp_zone(message)
@@ -47,6 +53,17 @@ def conversation_zone(messages: Sequence[BaseMessage]) -> tzinfo | None:
             return zone
         fallback = fallback or zone
     return fallback
+
+
+def stamp_agrees(message: BaseMessage, stored: datetime) -> bool:
+    """Whether the message's own timestamp is the instant it was stored (within a second): only
+    such a message says anything about the conversation's clock (an imported message whose stamp
+    disagrees with when it was stored, or a time-gap marker, does not)."""
+    try:
+        own = message_timestamp(message)
+    except ValueError:
+        return False
+    return own is not None and abs((own - stored).total_seconds()) <= 1
 
 
 def on_clock(moment: datetime, zone: tzinfo | None) -> datetime:

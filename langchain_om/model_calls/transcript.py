@@ -24,8 +24,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from ..foundation.clock import conversation_zone, on_clock
-from ..foundation.messages import message_timestamp
+from ..foundation.clock import conversation_zone, on_clock, stamp_agrees
 from ..store.base import StoredMessage
 
 AttachmentPolicy = bool | Literal["auto"] | list[str]
@@ -53,16 +52,6 @@ def thread_label(thread_id: str, obscure: bool) -> str:
     if not obscure:
         return thread_id
     return "thread-" + hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:10]
-
-
-def _own_stamp_agrees(message: BaseMessage, stored: datetime) -> bool:
-    """Whether the message's own timestamp is the stored instant (an imported message whose stamp
-    disagrees with when it was stored says nothing about the conversation's clock)."""
-    try:
-        own = message_timestamp(message)
-    except ValueError:
-        return False
-    return own is not None and abs((own - stored).total_seconds()) <= 1
 
 
 def _fmt_time(moment: datetime) -> str:
@@ -276,7 +265,7 @@ def _as_pairs(messages: Sequence[TranscriptInput], zone: tzinfo | Literal["auto"
             message, moment = item
             pairs.append((message, moment, None))
     if zone == "auto":
-        zone = conversation_zone([m for m, moment, _ in pairs if m is not None and _own_stamp_agrees(m, moment)])
+        zone = conversation_zone([m for m, moment, _ in pairs if m is not None and stamp_agrees(m, moment)])
     return [(message, on_clock(moment, zone), marker) for message, moment, marker in pairs]
 
 
