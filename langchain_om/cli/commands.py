@@ -143,24 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "per question type. '--model scripted' runs offline (no API key; the scores only show the "
                     "mechanics).")
     lme.add_argument("--data", required=True, help="LongMemEval JSON (e.g. longmemeval_s.json)")
-    lme.add_argument("--model", required=True,
-                     help="model answering the questions: an init_chat_model string, or 'scripted' (offline)")
+    _add_run_arguments(lme, unit="questions", out="longmemeval_results.jsonl", concurrency=4)
     lme.add_argument("--judge-model", default=None,
                      help="judge model (default: the answer model; the scripted judge with --model scripted)")
-    lme.add_argument("--om-model", default=None,
-                     help="Observer/Reflector model, or 'scripted' (default: the answer model)")
-    lme.add_argument("--out", default="longmemeval_results.jsonl",
-                     help="results JSONL; questions already in it are skipped (resume) (default: %(default)s)")
-    lme.add_argument("--concurrency", type=_positive_int, default=4,
-                     help="questions processed at once (default: %(default)s)")
-    lme.add_argument("--limit", type=_positive_int, default=None,
-                     help="process at most N new questions (default: all)")
-    lme.add_argument("--db", type=_identifier("--db"), default=None,
-                     help="SQLite file for OM state (default: <out>.om.db)")
-    lme.add_argument("--message-tokens", type=_positive_int, default=None,
-                     help="OM message threshold (default: 30000)")
-    lme.add_argument("--observation-tokens", type=_positive_int, default=None,
-                     help="OM reflection threshold (default: 40000)")
     lme.add_argument("--question-type", action="append", default=None,
                      help="only questions of this type (repeatable; default: every type)")
     add_price_arguments(lme)
@@ -170,27 +155,33 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay each conversation through OM, answer its questions from OM's context, print LoCoMo's "
                     "token F1 per category (adversarial questions apart). '--model scripted' runs offline.")
     locomo.add_argument("--data", required=True, help="LoCoMo JSON (data/locomo10.json of snap-research/LoCoMo)")
-    locomo.add_argument("--model", required=True,
-                        help="model answering the questions: an init_chat_model string, or 'scripted' (offline)")
-    locomo.add_argument("--om-model", default=None,
-                        help="Observer/Reflector model, or 'scripted' (default: the answer model)")
-    locomo.add_argument("--out", default="locomo_results.jsonl",
-                        help="results JSONL; conversations already in it are skipped (resume) (default: %(default)s)")
-    locomo.add_argument("--concurrency", type=_positive_int, default=2,
-                        help="conversations processed at once (default: %(default)s)")
-    locomo.add_argument("--limit", type=_positive_int, default=None,
-                        help="process at most N new conversations (default: all)")
-    locomo.add_argument("--db", type=_identifier("--db"), default=None,
-                        help="SQLite file for OM state (default: <out>.om.db)")
-    locomo.add_argument("--message-tokens", type=_positive_int, default=None,
-                        help="OM message threshold (default: 30000)")
-    locomo.add_argument("--observation-tokens", type=_positive_int, default=None,
-                        help="OM reflection threshold (default: 40000)")
+    _add_run_arguments(locomo, unit="conversations", out="locomo_results.jsonl", concurrency=2)
     locomo.add_argument("--category", type=int, action="append", default=None,
                         help="only questions of this category: 1 multi-hop, 2 temporal, 3 open-domain, "
                              "4 single-hop, 5 adversarial (repeatable; default: every category)")
     add_price_arguments(locomo)
     return parser
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser, *, unit: str, out: str, concurrency: int) -> None:
+    """What every ``eval`` benchmark takes: the models, the results file it resumes from, how many
+    ``unit`` (questions, conversations) run at once and how many new ones, OM's state and thresholds."""
+    parser.add_argument("--model", required=True,
+                        help="model answering the questions: an init_chat_model string, or 'scripted' (offline)")
+    parser.add_argument("--om-model", default=None,
+                        help="Observer/Reflector model, or 'scripted' (default: the answer model)")
+    parser.add_argument("--out", default=out,
+                        help=f"results JSONL; {unit} already in it are skipped (resume) (default: %(default)s)")
+    parser.add_argument("--concurrency", type=_positive_int, default=concurrency,
+                        help=f"{unit} processed at once (default: %(default)s)")
+    parser.add_argument("--limit", type=_positive_int, default=None,
+                        help=f"process at most N new {unit} (default: all)")
+    parser.add_argument("--db", type=_identifier("--db"), default=None,
+                        help="SQLite file for OM state (default: <out>.om.db)")
+    parser.add_argument("--message-tokens", type=_positive_int, default=None,
+                        help="OM message threshold (default: 30000)")
+    parser.add_argument("--observation-tokens", type=_positive_int, default=None,
+                        help="OM reflection threshold (default: 40000)")
 
 
 def add_price_arguments(parser: argparse.ArgumentParser) -> None:
