@@ -184,3 +184,13 @@ def test_cli_prints_a_samples_own_id_literally(tmp_path: Path, capsys: pytest.Ca
                  "--limit", "1"]) == 0
     printed = capsys.readouterr().out
     assert "conv-[/]" in printed and "\x1b[2J" not in printed
+
+
+@pytest.mark.parametrize(("field", "value"), [("concurrency", 0), ("limit", 0), ("message_tokens", 0),
+                                              ("observation_tokens", -5), ("categories", [9])])
+def test_settings_name_the_field_they_refuse(field: str, value: object) -> None:
+    """The checks every harness shares (``RunSettings``) and LoCoMo's own: a zero threshold used to
+    pass here and be dropped silently (``if settings.message_tokens``)."""
+    settings = LoCoMoSettings(data="locomo10.json", model="scripted", **{field: value})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=field.rstrip("s") if field == "categories" else field):
+        settings.validate()

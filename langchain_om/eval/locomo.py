@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,52 +36,32 @@ from ..cli.literal import literal
 from ..engine import ObservationalMemory
 from ..foundation.messages import TIMESTAMP_KEY
 from ..integrations.middleware import merge_system_messages
-from ..model_calls.models import normalize_model_string
 from ..model_calls.spend import record_spend
 from ..store.base import implicit_resource
-from ..store.sqlite import SQLiteStore
 from .locomo_data import CATEGORIES, LoCoMoSample, iter_locomo
 from .locomo_score import LoCoMoScores, score_answer
 from .prompts import LOCOMO_ANSWER_INSTRUCTIONS
-from .runner import ModelSpec, ResultWriter, StreamRun, ask, model_name, print_spend, resolve_model
-from .scripted import is_scripted, scripted_model
+from .runner import ResultWriter, RunSettings, StreamRun, ask, model_name, print_spend, resolve_model
 from .spend import PriceTable, add_call, add_spend
 
 TURN_SPACING = timedelta(minutes=1)
 
 
 @dataclass
-class LoCoMoSettings:
-    """Everything ``langchain-om eval locomo`` takes (models may also be chat model instances)."""
+class LoCoMoSettings(RunSettings):
+    """Everything ``langchain-om eval locomo`` takes (models may also be chat model instances);
+    ``limit`` counts new samples (conversations)."""
 
-    data: str | Path
-    model: ModelSpec
-    om_model: ModelSpec | None = None
     out: str | Path = "locomo_results.jsonl"
     concurrency: int = 2
-    limit: int | None = None
-    """At most this many new samples (conversations)."""
-    db: str | Path | None = None
     categories: Sequence[int] | None = None
-    message_tokens: int | None = None
-    observation_tokens: int | None = None
-    prices: Sequence[str] = ()
-    price_files: Sequence[str | Path] = ()
-    extra_om_options: Mapping[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency: must be at least 1, got {self.concurrency}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit: must be at least 1, got {self.limit}")
+        super().validate()
         unknown = set(self.categories or ()) - set(CATEGORIES)
         if unknown:
             raise ValueError(f"category: {sorted(unknown)} is not a LoCoMo category; the categories are "
                              + ", ".join(f"{n} ({name})" for n, name in CATEGORIES.items()))
-
-    @property
-    def db_path(self) -> str:
-        return str(self.db) if self.db is not None else str(self.out) + ".om.db"
 
     def role_models(self) -> dict[str, str]:
         om = model_name(self.om_model if self.om_model is not None else self.model)
@@ -216,13 +196,7 @@ async def arun_locomo(settings: LoCoMoSettings, *, console: Console | None = Non
     out_path = Path(settings.out)
     done, question_rows = read_locomo_results(out_path)
     answer_model = resolve_model(settings.model, "model")
-    om_spec: Any = settings.om_model if settings.om_model is not None else settings.model
-    om_spec = scripted_model("om") if is_scripted(om_spec) else (
-        normalize_model_string(om_spec) if isinstance(om_spec, str) else om_spec)
-    observation = {"message_tokens": settings.message_tokens} if settings.message_tokens else None
-    reflection = {"observation_tokens": settings.observation_tokens} if settings.observation_tokens else None
-    om = ObservationalMemory(SQLiteStore(settings.db_path), model=om_spec, observation=observation,
-                             reflection=reflection, **dict(settings.extra_om_options))
+    om = settings.om_memory()
     await om.store.asetup()
     writer = ResultWriter(out_path)
     errors: list[str] = []

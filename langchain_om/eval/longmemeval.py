@@ -39,10 +39,8 @@ from ..cli.literal import literal
 from ..engine import ObservationalMemory
 from ..foundation.messages import TIMESTAMP_KEY
 from ..integrations.middleware import merge_system_messages
-from ..model_calls.models import normalize_model_string
 from ..model_calls.spend import record_spend
 from ..store.base import implicit_resource
-from ..store.sqlite import SQLiteStore
 from .lme_data import (
     QUESTION_TYPES,
     TURN_SPACING,
@@ -55,7 +53,17 @@ from .lme_data import (
     parse_lme_date,
 )
 from .prompts import ANSWER_INSTRUCTIONS, JUDGE_SYSTEM, judge_prompt, parse_verdict
-from .runner import ModelSpec, ResultWriter, StreamRun, ask, model_name, print_spend, read_results, resolve_model
+from .runner import (
+    ModelSpec,
+    ResultWriter,
+    RunSettings,
+    StreamRun,
+    ask,
+    model_name,
+    print_spend,
+    read_results,
+    resolve_model,
+)
 from .scripted import is_scripted, scripted_model
 from .spend import PriceTable, add_call, add_spend, ordered
 
@@ -67,42 +75,20 @@ __all__ = [
 
 
 @dataclass
-class EvalSettings:
+class EvalSettings(RunSettings):
     """Everything ``langchain-om eval longmemeval`` takes (models may also be chat model instances)."""
 
-    data: str | Path
-    model: ModelSpec
-    judge_model: ModelSpec | None = None
-    om_model: ModelSpec | None = None
     out: str | Path = "longmemeval_results.jsonl"
     concurrency: int = 4
-    limit: int | None = None
-    db: str | Path | None = None
+    judge_model: ModelSpec | None = None
     question_types: Sequence[str] | None = None
-    message_tokens: int | None = None
-    observation_tokens: int | None = None
-    extra_om_options: Mapping[str, Any] = field(default_factory=dict)
-    prices: Sequence[str] = ()
-    """``MODEL_OR_ROLE=INPUT,OUTPUT`` entries (dollars per million tokens); see ``spend.py``."""
-    price_files: Sequence[str | Path] = ()
 
     def validate(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"concurrency: must be at least 1, got {self.concurrency}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit: must be at least 1, got {self.limit}")
-        for name in ("message_tokens", "observation_tokens"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}: must be positive, got {value}")
+        super().validate()
         unknown = set(self.question_types or ()) - set(QUESTION_TYPES)
         if unknown:  # checked before the (possibly long) stream is read
             raise ValueError(f"question_type: {', '.join(sorted(unknown))} is not a LongMemEval question type; "
                              f"the types are: {', '.join(QUESTION_TYPES)}")
-
-    @property
-    def db_path(self) -> str:
-        return str(self.db) if self.db is not None else str(self.out) + ".om.db"
 
     def role_models(self) -> dict[str, str]:
         """The model each paid role runs on, by the name a price table knows it."""
@@ -276,22 +262,6 @@ def summarize(items: Sequence[LongMemEvalItem | _Seen], results: Mapping[str, Ma
                        selected=len(items), cost=cost, unpriced=unpriced, **counts)
 
 
-def _om_for(settings: EvalSettings) -> ObservationalMemory:
-    om_spec: Any = settings.om_model if settings.om_model is not None else settings.model
-    if is_scripted(om_spec):
-        om_spec = scripted_model("om")
-    elif isinstance(om_spec, str):
-        om_spec = normalize_model_string(om_spec)
-    observation: dict[str, Any] = {}
-    reflection: dict[str, Any] = {}
-    if settings.message_tokens:
-        observation["message_tokens"] = settings.message_tokens
-    if settings.observation_tokens:
-        reflection["observation_tokens"] = settings.observation_tokens
-    return ObservationalMemory(SQLiteStore(settings.db_path), model=om_spec, observation=observation or None,
-                               reflection=reflection or None, **dict(settings.extra_om_options))
-
-
 def _existing(path: str | Path) -> Path:
     """The data file, named as the flag that gave it when missing (before any model is set up)."""
     source = Path(path)
@@ -326,7 +296,7 @@ async def arun_longmemeval(
         judge_model = scripted_model("judge")  # the scripted reader cannot grade
     else:
         judge_model = answer_model
-    om = _om_for(settings)
+    om = settings.om_memory()
     await om.store.asetup()
     writer = ResultWriter(out_path)
     errors: list[str] = []

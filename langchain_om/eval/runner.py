@@ -20,15 +20,64 @@ from langchain_core.messages import BaseMessage
 from rich.console import Console
 from rich.table import Table
 
+from ..engine import ObservationalMemory
 from ..foundation.tokens import TokenCounter
 from ..model_calls.credentials import check_model_string
 from ..model_calls.models import normalize_model_string
+from ..store.sqlite import SQLiteStore
 from .scripted import is_scripted, scripted_model
 from .spend import add_call, ordered
 
 ModelSpec = str | BaseChatModel
 
 Item = TypeVar("Item")
+
+
+@dataclass
+class RunSettings:
+    """What every harness run takes (models may also be chat model instances); each benchmark's
+    settings add their own selection and defaults."""
+
+    data: str | Path
+    model: ModelSpec
+    om_model: ModelSpec | None = None
+    out: str | Path = "results.jsonl"
+    concurrency: int = 4
+    limit: int | None = None
+    db: str | Path | None = None
+    message_tokens: int | None = None
+    observation_tokens: int | None = None
+    extra_om_options: Mapping[str, Any] = field(default_factory=dict)
+    prices: Sequence[str] = ()
+    """``MODEL_OR_ROLE=INPUT,OUTPUT`` entries (dollars per million tokens); see ``spend.py``."""
+    price_files: Sequence[str | Path] = ()
+
+    def validate(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency: must be at least 1, got {self.concurrency}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit: must be at least 1, got {self.limit}")
+        for name in ("message_tokens", "observation_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: must be positive, got {value}")
+
+    @property
+    def db_path(self) -> str:
+        return str(self.db) if self.db is not None else str(self.out) + ".om.db"
+
+    def om_memory(self) -> ObservationalMemory:
+        """The OM the run ingests through: its state in ``db_path``, the Observer and Reflector on
+        ``om_model`` (else the answer model; ``"scripted"`` the offline stand-in)."""
+        spec: Any = self.om_model if self.om_model is not None else self.model
+        if is_scripted(spec):
+            spec = scripted_model("om")
+        elif isinstance(spec, str):
+            spec = normalize_model_string(spec)
+        observation = {"message_tokens": self.message_tokens} if self.message_tokens else None
+        reflection = {"observation_tokens": self.observation_tokens} if self.observation_tokens else None
+        return ObservationalMemory(SQLiteStore(self.db_path), model=spec, observation=observation,
+                                   reflection=reflection, **dict(self.extra_om_options))
 
 
 def resolve_model(spec: ModelSpec, field_name: str, role: str = "answer") -> BaseChatModel:
