@@ -3,14 +3,12 @@ HTTP (uvicorn in a thread), for tests/test_inspector.py and tests/test_inspector
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage
+from ui_client import serve
 
 from langchain_om import ObservationalMemory, SQLiteStore
 from langchain_om.testing import ScriptedObserverModel
@@ -46,31 +44,10 @@ def seeded_db(path: Path, turns: int = len(TURNS)) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def serving(db: Path) -> Iterator[str]:
     """The inspector app on ``db`` at a free port of 127.0.0.1; yields its base URL."""
-    import uvicorn
-
     from langchain_om.integrations.inspector import create_inspector_app
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_inspector_app(SQLiteStore(db)), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the inspector did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with serve(create_inspector_app(SQLiteStore(db)), lifespan="on") as url:
+        yield url

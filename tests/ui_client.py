@@ -60,12 +60,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port in a thread; yields its base URL."""
+def serve(app: Any, *, lifespan: str = "off") -> Iterator[str]:
+    """Run an ASGI app with uvicorn on a free loopback port in a thread; yields its base URL
+    (``lifespan="on"`` for an app that opens and closes what it serves, as the inspector does)."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan=lifespan))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
