@@ -46,8 +46,8 @@ async def abuild_context(core: EngineCore, record: OMRecord, window: Window, res
         if pinned is not None:
             messages.insert(0, core.message_of(resource_id, pinned))
     today = step_date(on_clock(step_time(messages, now or core._clock()), conversation_zone(messages)))
-    text = render(core, record, sections, static, today)
-    status.omitted = omitted_of(core, record)  # what this context leaves out of the log (log_fit.py)
+    text, omission = render(core, record, sections, static, today)
+    status.omitted = _omitted_log(core, omission)  # what this context leaves out of the log (log_fit.py)
     system = context_message(text) if text else None
     instructions, _tokens = instructions_of(core, record, thread_id)
     return OMContext(system_message=system, messages=messages, status=status, events=[], source_record=record,
@@ -103,16 +103,16 @@ def step_time(messages: Sequence[BaseMessage], clock: datetime) -> datetime:
 
 
 def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequence[str] = (),
-           today: date | None = None) -> str | None:
-    """The system message text; rendered again only when what it shows changed: the log, the
-    hints, a section or the date. Keyed on that content, not on the record's version, which moves
-    on every buffered chunk, while rendering a 20k-token log (its dates annotated) takes ~1 ms."""
+           today: date | None = None) -> tuple[str | None, Omission | None]:
+    """The system message text and what it left out of the log; rendered again only when what it
+    shows changed: the log, the hints, a section or the date. Keyed on that content, not on the
+    record's version, which moves on every buffered chunk, while rendering a 20k-token log (its
+    dates annotated) takes ~1 ms."""
     stamp = (record.id, _groups_stamp(record),
              record.current_task, record.suggested_response, tuple(sections), tuple(static), today)
     cached = core._rendered.get(record.key)
     if cached is not None and cached[0] == stamp:
-        text: str | None = cached[1]
-        return text
+        return cached[1], cached[2]
     labels = {g.thread_id: core.thread_label(g.thread_id) for g in record.groups}
     shown, line, omission = fit_shown_log(core, record, labels, today)
     text = render_context(
@@ -121,7 +121,7 @@ def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequ
         show_thread=core.config.scope == "resource", today=today, omitted=line,
     )
     core.keep_for_record(core._rendered, record.key, (stamp, text, omission))
-    return text
+    return text, omission
 
 
 def fit_shown_log(core: EngineCore, record: OMRecord, labels: dict[str, str], today: date | None
@@ -143,11 +143,15 @@ def fit_shown_log(core: EngineCore, record: OMRecord, labels: dict[str, str], to
 
 
 def omitted_of(core: EngineCore, record: OMRecord) -> OmittedLog | None:
-    """What the record's last rendered context left out of its log (None: all of it is shown)."""
+    """What the record's last rendered context left out of its log (None: all of it is shown, or
+    the log changed since: the status of a record read without building its context)."""
     cached = core._rendered.get(record.key)
-    if cached is None or len(cached) < 3 or cached[0][1] != _groups_stamp(record):
+    if cached is None or cached[0][1] != _groups_stamp(record):
         return None
-    omission: Omission | None = cached[2]
+    return _omitted_log(core, cached[2])
+
+
+def _omitted_log(core: EngineCore, omission: Omission | None) -> OmittedLog | None:
     if omission is None:
         return None
     return OmittedLog(first_date=omission.first_date, last_date=omission.last_date, partial=omission.partial,
