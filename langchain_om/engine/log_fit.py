@@ -148,30 +148,29 @@ def fit_log(groups: Sequence[ObservationGroup], limit: int, measure: Measure, li
     lines = _lines(groups)
     total = stored_tokens(groups)
 
+    shown: dict[int, tuple[list[ObservationGroup], str, Omission]] = {}
+
     def attempt(cut: int) -> tuple[list[ObservationGroup], str, Omission]:
-        kept = _kept_groups(groups, lines, cut)
-        omission = _omission(groups, lines, cut, max(0, total - stored_tokens(kept)))
-        return kept, line_for(omission), omission
+        """The log with its first ``cut`` note lines left out, measured once per cut."""
+        if cut not in shown:
+            kept = _kept_groups(groups, lines, cut)
+            omission = _omission(groups, lines, cut, max(0, total - stored_tokens(kept)))
+            line = line_for(omission)
+            shown[cut] = kept, line, replace(omission, shown_tokens=measure(kept, line))
+        return shown[cut]
 
     def fits(cut: int) -> bool:
-        kept, line, _ = attempt(cut)
-        return measure(kept, line) <= limit
+        return attempt(cut)[2].shown_tokens <= limit
 
     if not lines:
         return list(groups), None, None
     low, high = 1, len(lines)
     if not fits(high):
-        return _measured(attempt(high), measure)  # not even the line alone fits a limit this small: show the line only
+        return attempt(high)  # not even the line alone fits a limit this small: show the line only
     while low < high:
         middle = (low + high) // 2
         if fits(middle):
             high = middle
         else:
             low = middle + 1
-    return _measured(attempt(low), measure)
-
-
-def _measured(fitted: tuple[list[ObservationGroup], str, Omission], measure: Measure
-              ) -> tuple[list[ObservationGroup], str, Omission]:
-    kept, line, omission = fitted
-    return kept, line, replace(omission, shown_tokens=measure(kept, line))
+    return attempt(low)
