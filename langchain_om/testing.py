@@ -24,6 +24,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import BaseModel, Field
 
+from .foundation.log_dates import weekday_name
 from .model_calls.language import conversation_language
 from .model_calls.observer import EXTRA_VALUES_HEADER, OBSERVER_PROMPT_MARKER
 from .model_calls.reflector import COMPRESSION_LEVEL_LABEL, REFLECTOR_PROMPT_MARKER, TARGET_LABEL
@@ -224,7 +225,7 @@ def _requested_slugs(system: str) -> list[str]:
 
 def _weekday(day: str) -> str:
     try:
-        return datetime.strptime(day, "%Y-%m-%d").strftime("%A")
+        return weekday_name(datetime.strptime(day, "%Y-%m-%d").date())
     except ValueError:
         return "unknown"
 

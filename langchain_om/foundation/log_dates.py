@@ -37,6 +37,12 @@ EXACT_DAYS = 90
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
+def weekday_name(day: date) -> str:
+    """The English weekday of ``day``, whatever the process's locale (``%A`` follows the locale): the
+    one spelling the transcript, the headers, "Today is" and the Observer's "now" share."""
+    return _WEEKDAYS[day.weekday()]
+
+
 def step_date(moment: datetime) -> date:
     """The calendar date of ``moment`` on its own clock (a naive value is taken as UTC)."""
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).date()
@@ -93,7 +99,7 @@ def _header(line: str, today: date) -> tuple[str, date] | None:
     if day is None:
         return None
     rest = match.group(5).rstrip()
-    return f"{match.group(1)}{day.isoformat()} ({_WEEKDAYS[day.weekday()]}){rest} [{age_label(day, today)}]", day
+    return f"{match.group(1)}{day.isoformat()} ({weekday_name(day)}){rest} [{age_label(day, today)}]", day
 
 
 def _annotate_line(line: str, today: date) -> str:
@@ -157,5 +163,5 @@ class LogDating:
 def today_line(today: date, *, has_log: bool = True) -> str:
     """The sentence that states the step's date, right before the log (it changes once a day);
     the note on ages only when there is a log to count them in."""
-    sentence = f"Today is {_WEEKDAYS[today.weekday()]}, {today.isoformat()}."
+    sentence = f"Today is {weekday_name(today)}, {today.isoformat()}."
     return f"{sentence} Ages in the log count whole days from this date." if has_log else sentence

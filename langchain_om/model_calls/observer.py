@@ -19,6 +19,7 @@ from langchain_core.messages import (
 )
 
 from ..foundation.fence import neutralise
+from ..foundation.log_dates import weekday_name
 from .reply_parsing import BUILTIN_TAGS, PRIORITY_MARKS, ObserverOutputError, ObserverResult, parse_observer_output
 from .reply_parsing import DATE_LINE_RE as _DATE_RE
 from .transcript import Transcript, format_transcript, thread_label
@@ -201,7 +202,7 @@ def build_observer_messages(
     )
     sections: list[str] = []
     if now is not None:
-        sections.append(f"Current date and time: {now.strftime('%Y-%m-%d %H:%M (%A)')}")
+        sections.append(f"Current date and time: {now.strftime('%Y-%m-%d %H:%M')} ({weekday_name(now.date())})")
     if previous_observations.strip():
         sections.append(
             "Previous observations (context only; do not copy them):\n"

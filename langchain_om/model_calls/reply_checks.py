@@ -18,7 +18,8 @@ refused, when they are a refusal or the prompt's own instruction copied back: th
 of the same reply can still be good, and an empty hint only means the agent gets none.
 
 A reflection must keep what the Reflector prompt says must survive: the dates (the newest day's
-header at least) and most of the facts of the 🔴 lines (their numbers and names).
+header at least) and the facts of the 🔴 lines (their numbers and names) in proportion to the
+length it kept.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import date
+
+from ..foundation.log_dates import weekday_name
 
 __all__ = [
     "UnusableReply",
@@ -54,7 +57,6 @@ _STEP = 4
 
 MARKS = ("🔴", "🟡", "🟢")
 NEUTRAL_MARK = "🟡"
-_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 _HEADER = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE)
 _HEADER_ANYWHERE = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE | re.MULTILINE)
@@ -124,7 +126,7 @@ def transcript_dates(prompt_text: str) -> set[str]:
 
 
 def _header(day: date) -> str:
-    return f"Date: {day.isoformat()} ({_WEEKDAYS[day.weekday()]})"
+    return f"Date: {day.isoformat()} ({weekday_name(day)})"
 
 
 def _header_day(line: str) -> date | None:

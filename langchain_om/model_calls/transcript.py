@@ -25,6 +25,7 @@ from langchain_core.messages import (
 )
 
 from ..foundation.clock import conversation_zone, on_clock, stamp_agrees
+from ..foundation.log_dates import weekday_name
 from ..store.base import StoredMessage
 
 AttachmentPolicy = bool | Literal["auto"] | list[str]
@@ -57,10 +58,9 @@ def thread_label(thread_id: str, obscure: bool) -> str:
 def _fmt_time(moment: datetime) -> str:
     """``2026-03-09 Monday 14:05``: the weekday is written out, so "last Tuesday" said on an earlier
     day is resolved from the line itself."""
-    return moment.strftime("%Y-%m-%d ") + _WEEKDAYS[moment.weekday()] + moment.strftime(" %H:%M")
+    return moment.strftime("%Y-%m-%d ") + weekday_name(moment.date()) + moment.strftime(" %H:%M")
 
 
-_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
 def _human_gap(delta: timedelta) -> str:
