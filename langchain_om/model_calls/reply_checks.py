@@ -58,8 +58,8 @@ _STEP = 4
 MARKS = ("🔴", "🟡", "🟢")
 NEUTRAL_MARK = "🟡"
 
-_HEADER = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE)
-_HEADER_ANYWHERE = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE | re.MULTILINE)
+_HEADER = re.compile(r"^\s*(?:#+\s*)?\**\s*Date\s*:", re.IGNORECASE | re.MULTILINE)
+"""A ``Date:`` header of any shape a model writes: ``match`` on a line, ``search`` in a whole reply."""
 _HEADER_DATE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})")
 _STAMP = re.compile(r"^\s*(?:[*\-•]\s*)?\[\s*(\d{4}-\d{2}-\d{2})(?:[ T]\w+)?[ T]\d{1,2}:\d{2}(?::\d{2})?[^\]]*\]")
 """A transcript line copied back (``[2026-03-02 Monday 19:27] User: ...``; the weekday optional)."""
@@ -115,7 +115,7 @@ def describe_unusable(text: str) -> str | None:
         return f"a refusal, not observations ({quote!r})"
     if flat and _GREETING.fullmatch(flat):
         return f"a greeting, not observations ({quote!r})"
-    if _ROLE_PLAY.match(flat) and not _HEADER_ANYWHERE.search(text):
+    if _ROLE_PLAY.match(flat) and not _HEADER.search(text):
         return f"the assistant's part played, not observations ({quote!r})"
     return None
 
