@@ -87,3 +87,30 @@ def test_the_page_never_inserts_stored_text_as_html() -> None:
     assert "innerHTML" not in page and "outerHTML" not in page and "insertAdjacentHTML" not in page
     assert "document.write" not in page and "eval(" not in page
     assert "textContent" in page or "createTextNode" in page
+
+
+async def test_the_inspectors_today_is_the_agents_on_the_conversations_clock(tmp_path: Path) -> None:
+    """A user at -05:00 in the evening, replies stamped in UTC (already the next day there): the
+    agent's context says "Today is" the user's date (issue 43, one clock), and the inspector dates
+    the log's ages from that same day, not from the UTC date of the newest row."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_om import ObservationalMemory, SQLiteStore
+    from langchain_om.foundation.messages import TIMESTAMP_KEY
+    from langchain_om.integrations.inspector import Inspector
+    from langchain_om.testing import ScriptedObserverModel
+
+    store = SQLiteStore(tmp_path / "om.db")
+    om = ObservationalMemory(store, model=ScriptedObserverModel(),
+                             observation={"message_tokens": 60, "buffer_tokens": False})
+    history: list[Any] = []
+    for n, text in enumerate(["夕食は19時に浅草で予約しました。", "My budget is 2,500 CAD for the trip.",
+                              "We land in Tokyo on April 4."]):
+        history += [HumanMessage(text, id=f"h{n}", response_metadata={TIMESTAMP_KEY: f"2026-03-02T19:0{n}:00-05:00"}),
+                    AIMessage(f"Noted {n}.", id=f"a{n}", response_metadata={TIMESTAMP_KEY: f"2026-03-03T00:1{n}:00Z"})]
+        context = await om.aprocess(THREAD, history, resource_id=RESOURCE)
+    assert "Today is Monday, 2026-03-02." in str(context.system_message.content if context.system_message else "")
+    thread = await Inspector(store).athread(THREAD, RESOURCE)
+    assert thread["today"] == "2026-03-02"
+    assert all("[tomorrow]" not in group["text"] for group in thread["log"])
+    await om.aclose()

@@ -10,12 +10,10 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from ..foundation.clock import conversation_zone, on_clock
+from ..foundation.clock import conversation_today
 from ..foundation.context import context_message, render_context, render_log
 from ..foundation.events import OmittedLog, StatusData
 from ..foundation.inputs import Instructions, is_edit_message
-from ..foundation.log_dates import step_date
-from ..foundation.messages import message_timestamp
 from ..foundation.window import Window
 from ..store.base import ObservationGroup, OMRecord, StoredMessage, record_key
 from .core import EngineCore
@@ -45,7 +43,7 @@ async def abuild_context(core: EngineCore, record: OMRecord, window: Window, res
         pinned = await _pinned_message(core, record, resource_id, thread_id)
         if pinned is not None:
             messages.insert(0, core.message_of(resource_id, pinned))
-    today = step_date(on_clock(step_time(messages, now or core._clock()), conversation_zone(messages)))
+    today = conversation_today(messages, now or core._clock())
     text, omission = render(core, record, sections, static, today)
     status.omitted = _omitted_log(core, omission)  # what this context leaves out of the log (log_fit.py)
     system = context_message(text) if text else None
@@ -87,19 +85,6 @@ def instructions_of(core: EngineCore, record: OMRecord, thread_id: str) -> tuple
     tokens = sum(core.counter.count_message(m) for m in messages)
     lru_put(core._instruction_cache, key, (stamp, messages, tokens), core.cache_limit)
     return messages, tokens
-
-
-def step_time(messages: Sequence[BaseMessage], clock: datetime) -> datetime:
-    """The step's time: the timestamp of the newest message that carries one, else the clock
-    (wall-clock time never overrides the conversation's own timeline)."""
-    for message in reversed(messages):
-        try:
-            stamp = message_timestamp(message)
-        except ValueError:
-            continue
-        if stamp is not None:
-            return stamp
-    return clock
 
 
 def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequence[str] = (),

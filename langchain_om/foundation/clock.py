@@ -12,7 +12,7 @@ stamps, time-gap markers, ``Date:`` headers and "Today is" are all shown in it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone, tzinfo
+from datetime import date, datetime, timezone, tzinfo
 
 from langchain_core.messages import BaseMessage
 
@@ -64,6 +64,25 @@ def stamp_agrees(message: BaseMessage, stored: datetime) -> bool:
     except ValueError:
         return False
     return own is not None and abs((own - stored).total_seconds()) <= 1
+
+
+def step_time(messages: Sequence[BaseMessage], clock: datetime) -> datetime:
+    """The step's time: the timestamp of the newest message that carries one, else the clock
+    (wall-clock time never overrides the conversation's own timeline)."""
+    for message in reversed(messages):
+        try:
+            stamp = message_timestamp(message)
+        except ValueError:
+            continue
+        if stamp is not None:
+            return stamp
+    return clock
+
+
+def conversation_today(messages: Sequence[BaseMessage], clock: datetime) -> date:
+    """Today's date as the agent's context states it: the step's time on the conversation's clock
+    (the context's "Today is" and the ages of the log; the inspector shows the same)."""
+    return on_clock(step_time(messages, clock), conversation_zone(messages)).date()
 
 
 def on_clock(moment: datetime, zone: tzinfo | None) -> datetime:

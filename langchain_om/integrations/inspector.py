@@ -19,13 +19,17 @@ from typing import Any, Literal
 
 from ..engine import ObservationalMemory
 from ..extensions.recall import message_stamp
+from ..foundation.clock import conversation_today
 from ..foundation.extras import require_modules
-from ..foundation.log_dates import LogDating, step_date
+from ..foundation.log_dates import LogDating
 from ..foundation.messages import load_message
 from ..store.base import OMRecord, OMStore, StoredMessage, implicit_resource
 
 DEFAULT_MESSAGE_TOKENS = 30_000
 DEFAULT_OBSERVATION_TOKENS = 40_000
+TODAY_FROM = 20
+"""The newest messages the page's "today" is read from, as the agent's context reads it (the newest
+stamp, on the clock of the newest user message that states one)."""
 THRESHOLDS_KEY = "om_thresholds"
 """Thread metadata where a writer may record its thresholds (the demo does); the inspector reports the
 windows against them, else against its own settings."""
@@ -122,9 +126,10 @@ class Inspector:
         om = self._om(scope, message_tokens, observation_tokens)
         record = await om.aget_record(thread_id, resource_id=resource_id)
         status = await om.astatus(thread_id, resource_id=resource_id)
-        newest = await self.store.aget_messages(resource, thread_id, limit=1, descending=True)
+        newest = await self.store.aget_messages(resource, thread_id, limit=TODAY_FROM, descending=True)
         stored = await self.store.acount_messages(resource, thread_id)
-        today = step_date(newest[0].created_at) if newest else datetime.now(timezone.utc).date()
+        recent = [load_message(row.data) for row in reversed(newest) if row.kind == "message"]
+        today = conversation_today(recent, newest[0].created_at if newest else datetime.now(timezone.utc))
         dating = LogDating(today)
         log = [{"id": g.id, "source": g.source, "generation": g.generation, "tokens": g.tokens,
                 "createdAt": _iso(g.created_at), "threadId": g.thread_id, "startId": g.start_id, "endId": g.end_id,
