@@ -338,24 +338,24 @@ class ReflectionStep:
 def reflection_held(cfg: OMConfig, record: OMRecord) -> bool:
     """Whether the last reflection cycle ended over its target (or failed) and the log has not
     grown enough since: another attempt now would pay for the same result."""
-    mark = record.metadata.get(REFLECTION_HOLD)
+    return _not_grown_since(cfg, record, REFLECTION_HOLD)
+
+
+def _not_grown_since(cfg: OMConfig, record: OMRecord, key: str) -> bool:
+    """Whether the log's tokens lie within real growth (``HOLD_GROWTH_SHARE``) of the mark the
+    record's metadata keeps under ``key`` (False when there is none)."""
+    mark = record.metadata.get(key)
     if not isinstance(mark, int):
         return False
-    return mark <= record.observation_tokens < mark + _real_growth(cfg)
-
-
-def _real_growth(cfg: OMConfig) -> int:
-    return max(1, round(cfg.reflection.observation_tokens * HOLD_GROWTH_SHARE))
+    growth = max(1, round(cfg.reflection.observation_tokens * HOLD_GROWTH_SHARE))
+    return mark <= record.observation_tokens < mark + growth
 
 
 def grown_since_reflection(cfg: OMConfig, record: OMRecord) -> bool:
     """Whether the log has really grown since the last reflection left it: pre-computing another
     reflection of a log that is mostly the last one's output pays for little (the demo staged one
     right after every activation, ~1,000 tokens condensed to ~950)."""
-    mark = record.metadata.get(REFLECTED_AT)
-    if not isinstance(mark, int):
-        return True
-    return not mark <= record.observation_tokens < mark + _real_growth(cfg)
+    return not _not_grown_since(cfg, record, REFLECTED_AT)
 
 
 def plan_reflection(cfg: OMConfig, record: OMRecord, window_tokens: int,
