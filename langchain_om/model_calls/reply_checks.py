@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import date
+from functools import lru_cache
 
 from ..foundation.log_dates import weekday_name
 
@@ -140,10 +141,12 @@ def _header_day(line: str) -> date | None:
 
 
 class _Echo:
-    """OM's instructions (the system prompt), for telling a copied instruction from a note."""
+    """OM's instructions (the system prompt), for telling a copied instruction from a note. Its
+    shingles are every ``_SHINGLE``-character piece of the instructions, built once per prompt
+    (``_shingles``): a line's pieces are then set lookups, not scans of the whole prompt."""
 
     def __init__(self, instructions: str) -> None:
-        self.text = _plain(instructions)
+        self.text, self.shingles = _shingles(instructions)
 
     def __call__(self, line: str) -> bool:
         if not self.text:
@@ -152,8 +155,16 @@ class _Echo:
         if len(value) < _SHINGLE:
             return len(value) >= 12 and value in self.text
         starts = range(0, len(value) - _SHINGLE + 1, _STEP)
-        found = sum(1 for i in starts if value[i:i + _SHINGLE] in self.text)
+        found = sum(1 for i in starts if value[i:i + _SHINGLE] in self.shingles)
         return found >= ECHO_SHARE * len(starts)
+
+
+@lru_cache(maxsize=16)
+def _shingles(instructions: str) -> tuple[str, frozenset[str]]:
+    """The instructions as compared (``_plain``) and their pieces of ``_SHINGLE`` characters: a few
+    prompts per process (each Observer and Reflector variant), so a small cache holds them."""
+    text = _plain(instructions)
+    return text, frozenset(text[i:i + _SHINGLE] for i in range(len(text) - _SHINGLE + 1))
 
 
 def check_hint(value: str | None, instructions: str) -> str | None:
