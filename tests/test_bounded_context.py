@@ -177,3 +177,38 @@ def test_the_rule_leaves_out_the_fewest_oldest_lines_deterministically() -> None
                     'call recall with cursor "m1" and page=1.]')
     assert groups == original  # nothing leaves the store's groups
     assert fit_log(groups, 99, measure, lambda o: "x", lambda gs: 0) == (groups, None, None)
+
+
+@pytest.mark.parametrize("steps", [6, 30], ids=["within-the-limit", "over-it"])
+def test_each_shown_log_is_annotated_once_per_render(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+    """The hard limit measures the log as rendered; the context then uses that rendering, whether
+    the whole log fits or a cut of it: a changed log is rendered (its dates annotated) once per
+    measurement and not once more to be shown (a 2,000-message benchmark step spent twice the time
+    in it)."""
+    from langchain_om.engine import rendering
+    from langchain_om.foundation import context as context_module
+
+    om, _reflector, _contexts = run("en", steps, retrieval=True)
+    record = asyncio.run(om.aget_record("t"))
+    om._rendered.clear()  # render the stored log again, from scratch
+    renders: list[int] = []
+    measures: list[int] = []
+    render_log, fit_log = context_module.render_log, rendering.fit_log
+
+    def counting_render(groups: Any, **kwargs: Any) -> str:
+        renders.append(len(groups))
+        return render_log(groups, **kwargs)
+
+    def counting_fit(groups: Any, limit: int, measure: Any, *args: Any) -> Any:
+        def counted(*margs: Any) -> int:
+            measures.append(1)
+            return int(measure(*margs))
+        return fit_log(groups, limit, counted, *args)
+
+    monkeypatch.setattr(context_module, "render_log", counting_render)
+    monkeypatch.setattr(rendering, "render_log", counting_render)
+    monkeypatch.setattr(rendering, "fit_log", counting_fit)
+    text, omission = rendering.render(om, record, [], (), (START + timedelta(days=steps - 1)).date())
+    assert (omission is not None) == (steps == 30)
+    assert text is not None and "Date: " in text
+    assert len(renders) == len(measures) >= 1, f"{len(renders)} renders for {len(measures)} measurements"

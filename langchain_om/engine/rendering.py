@@ -99,32 +99,35 @@ def render(core: EngineCore, record: OMRecord, sections: list[str], static: Sequ
     if cached is not None and cached[0] == stamp:
         return cached[1], cached[2]
     labels = {g.thread_id: core.thread_label(g.thread_id) for g in record.groups}
-    shown, line, omission = fit_shown_log(core, record, labels, today)
+    shown, line, omission, block = fit_shown_log(core, record, labels, today)
     text = render_context(
         shown, current_task=record.current_task, suggested_response=record.suggested_response,
         extra_sections=sections, static_sections=static, thread_labels=labels,
-        show_thread=core.config.scope == "resource", today=today, omitted=line,
+        show_thread=core.config.scope == "resource", today=today, omitted=line, log_block=block,
     )
     core.keep_for_record(core._rendered, record.key, (stamp, text, omission))
     return text, omission
 
 
 def fit_shown_log(core: EngineCore, record: OMRecord, labels: dict[str, str], today: date | None
-                  ) -> tuple[list[ObservationGroup], str | None, Omission | None]:
+                  ) -> tuple[list[ObservationGroup], str | None, Omission | None, str | None]:
     """The log within ``reflection.block_after``, measured as the agent's model reads it (its notes
     with their dates annotated, and the omission line; the group tags are framing, as the reading
-    rules are, and count toward neither)."""
+    rules are, and count toward neither), and that rendered block (None when there is no log)."""
     show_thread = core.config.scope == "resource"
     count = getattr(core.counter, "count_piece", core.counter.count_text)
+    blocks: dict[tuple[tuple[int, ...], str | None], str] = {}  # every block measured, by groups and line
 
     def measure(groups: Sequence[ObservationGroup], line: str | None) -> int:
         block = render_log(groups, thread_labels=labels, show_thread=show_thread, today=today, omitted=line)
+        blocks[tuple(map(id, groups)), line] = block
         return int(core.counter.count_text(shown_notes(block)))
 
     recall = core.config.retrieval is not None
-    return fit_log(record.groups, core.config.reflection.block_after_tokens(), measure,
-                   lambda omission: omission_line(omission, recall=recall),
-                   lambda groups: sum(int(count(g.text)) for g in groups))
+    shown, line, omission = fit_log(record.groups, core.config.reflection.block_after_tokens(), measure,
+                                    lambda omission: omission_line(omission, recall=recall),
+                                    lambda groups: sum(int(count(g.text)) for g in groups))
+    return shown, line, omission, blocks.get((tuple(map(id, shown)), line))
 
 
 def omitted_of(core: EngineCore, record: OMRecord) -> OmittedLog | None:

@@ -107,21 +107,24 @@ def render_context(
     show_thread: bool = False,
     today: date | None = None,
     omitted: str | None = None,
+    log_block: str | None = None,
 ) -> str | None:
     """The system message text, or None when there is nothing to say yet.
 
     ``today`` is the step's date (the newest message's, else the clock's); with it the text
     states the date and every Date header carries its age. ``static_sections`` (recall guidance)
     go before the log, ``extra_sections`` (working memory) after it; ``omitted``: the one line
-    saying what of the log was left out of this context (``engine/log_fit.py``)."""
+    saying what of the log was left out of this context (``engine/log_fit.py``); ``log_block``:
+    ``render_log`` of these groups and that line, when the caller rendered it already (to measure
+    it), so a long log is not annotated twice."""
     head: list[str] = []
     if groups or omitted:
         head.append(READING_RULES_RESOURCE if show_thread else READING_RULES)
     head.extend(section for section in static_sections if section)
     tail: list[str] = []
     if groups or omitted:
-        tail.append(render_log(groups, thread_labels=thread_labels, show_thread=show_thread, today=today,
-                               omitted=omitted))
+        tail.append(log_block if log_block is not None else render_log(
+            groups, thread_labels=thread_labels, show_thread=show_thread, today=today, omitted=omitted))
     tail.extend(section for section in extra_sections if section)
     hints: list[str] = []
     if current_task:
