@@ -305,7 +305,7 @@ def dumps(value: Any, field: str) -> str:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidStoreInput(field, f"must be JSON-serialisable ({exc})") from None
-    if (_ESCAPED_PAIR.search(text) is not None and _SPLIT_PAIR.search(_unescaped(value)) is not None) or (
+    if (_ESCAPED_PAIR.search(text) is not None and _holds_split_pair(value)) or (
             isinstance(value, dict) and _EXACT_KEY in value and len(value) == 1):
         return json.dumps({_EXACT_KEY: base64.b64encode(
             _unescaped(value).encode("utf-8", "surrogatepass")).decode("ascii")}, separators=(",", ":"))
@@ -328,6 +328,29 @@ _ESCAPED_PAIR = re.compile(r"\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}")
 """A surrogate pair escape in ASCII JSON: a character past U+FFFF, or a split pair (rare: only
 then is the value encoded a second time, to tell which)."""
 _SPLIT_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _holds_split_pair(value: Any) -> bool:
+    """Whether a string (or key) of ``value`` holds two lone surrogates side by side. Only a string
+    UTF-8 cannot encode holds a surrogate at all (a C-speed check), so the pattern scans those
+    alone: a value with a real emoji (every observation line has one) is not encoded a second time.
+    Iterative, so a value as deep as ``json.dumps`` accepts never overflows the stack here."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    if _SPLIT_PAIR.search(item) is not None:
+                        return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
 
 
 def _unescaped(value: Any) -> str:
